@@ -1,0 +1,1 @@
+"""Engine builder: rewrites hybrid-model network definitions to ReplaySSM (later issues)."""

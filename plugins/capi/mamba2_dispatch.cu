@@ -1,0 +1,126 @@
+// The one dispatch point of the Mamba-2 decode family: validation of runtime values against the closed lists
+// below, then the jump to the specialisation compiled in mamba2_decode_<state dtype>.cu.
+#include <cstdio>
+#include <string>
+
+#include "error.h"
+#include "replayssm.h"
+#include "replayssm/mamba2/decode.cuh"
+
+namespace replayssm {
+namespace mamba2 {
+
+// Closed lists (mirrored by trtllm_replayssm/config.py; tests check the two agree).
+static const int kHeadDims[] = {64, 80, 128};
+static const int kDstates[] = {64, 128, 256};
+
+#define RSSM_DECLARE(S, A, N) \
+  extern template cudaError_t launch_decode<S, A, N>(const rssm_mamba2_decode_params&, cudaStream_t);
+#define RSSM_DECLARE_N(S, A) RSSM_DECLARE(S, A, 64) RSSM_DECLARE(S, A, 128) RSSM_DECLARE(S, A, 256)
+#define RSSM_DECLARE_ACT(S) RSSM_DECLARE_N(S, float) RSSM_DECLARE_N(S, __half) RSSM_DECLARE_N(S, __nv_bfloat16)
+RSSM_DECLARE_ACT(float)
+RSSM_DECLARE_ACT(__half)
+RSSM_DECLARE_ACT(__nv_bfloat16)
+
+template <typename S, typename A>
+static cudaError_t dispatch_n(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
+  switch (p.dstate) {
+    case 64: return launch_decode<S, A, 64>(p, stream);
+    case 128: return launch_decode<S, A, 128>(p, stream);
+    default: return launch_decode<S, A, 256>(p, stream);
+  }
+}
+
+template <typename S>
+static cudaError_t dispatch_act(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
+  switch (p.act_dtype) {
+    case RSSM_DTYPE_FP32: return dispatch_n<S, float>(p, stream);
+    case RSSM_DTYPE_FP16: return dispatch_n<S, __half>(p, stream);
+    default: return dispatch_n<S, __nv_bfloat16>(p, stream);
+  }
+}
+
+static cudaError_t dispatch(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
+  switch (p.state_dtype) {
+    case RSSM_DTYPE_FP32: return dispatch_act<float>(p, stream);
+    case RSSM_DTYPE_FP16: return dispatch_act<__half>(p, stream);
+    default: return dispatch_act<__nv_bfloat16>(p, stream);
+  }
+}
+
+template <size_t K>
+static bool in_list(int v, const int (&list)[K]) {
+  for (int x : list)
+    if (x == v) return true;
+  return false;
+}
+
+static bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+static rssm_status validate(const rssm_mamba2_decode_params& p) {
+  if (p.mode != RSSM_MAMBA2_CONVENTIONAL && p.mode != RSSM_MAMBA2_REPLAY)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = conventional, 1 = replay)", p.mode);
+  if (!in_list(p.head_dim, kHeadDims))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_dim=%d is not supported (supported: 64, 80, 128)", p.head_dim);
+  if (!in_list(p.dstate, kDstates))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "dstate=%d is not supported (supported: 64, 128, 256)", p.dstate);
+  if (!dtype_supported(p.state_dtype))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "state_dtype=%d is not supported (supported: fp32, fp16, bf16)",
+                p.state_dtype);
+  if (!dtype_supported(p.act_dtype))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "act_dtype=%d is not supported (supported: fp32, fp16, bf16)",
+                p.act_dtype);
+  if (p.nheads < 1 || p.nheads > 65535)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
+  if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "ngroups=%d must be >= 1 and divide nheads=%d", p.ngroups, p.nheads);
+  if (p.batch < 0 || p.batch > 65535)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
+  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
+  if (!p.slot_idx && p.batch > p.num_slots)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
+                p.num_slots);
+  if (p.mode == RSSM_MAMBA2_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);
+  struct Named {
+    const void* ptr;
+    const char* name;
+  };
+  const Named required[] = {{p.state, "state"}, {p.x, "x"}, {p.dt, "dt"}, {p.B, "B"},
+                            {p.C, "C"},         {p.A, "A"}, {p.y, "y"}};
+  for (const Named& r : required)
+    if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
+  if (p.mode == RSSM_MAMBA2_REPLAY) {
+    const Named ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
+    for (const Named& r : ring)
+      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay mode)", r.name);
+    if (!aligned16(p.ring_B)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_B is not 16-byte aligned");
+  }
+  return RSSM_OK;
+}
+
+}  // namespace mamba2
+}  // namespace replayssm
+
+using namespace replayssm;
+
+extern "C" size_t rssm_mamba2_decode_params_size(void) { return sizeof(rssm_mamba2_decode_params); }
+
+extern "C" rssm_status rssm_mamba2_decode_validate(const rssm_mamba2_decode_params* params, size_t params_size) {
+  clear_error();
+  if (!params) return fail(RSSM_ERR_INVALID_ARGUMENT, "params is NULL");
+  if (params_size != sizeof(rssm_mamba2_decode_params))
+    return fail(RSSM_ERR_ABI_MISMATCH, "params size %zu differs from the library's %zu", params_size,
+                sizeof(rssm_mamba2_decode_params));
+  return mamba2::validate(*params);
+}
+
+extern "C" rssm_status rssm_mamba2_decode(const rssm_mamba2_decode_params* params, size_t params_size,
+                                         void* stream) {
+  const rssm_status st = rssm_mamba2_decode_validate(params, params_size);
+  if (st != RSSM_OK) return st;
+  const cudaError_t err = mamba2::dispatch(*params, static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) return fail(RSSM_ERR_CUDA, "mamba2 decode launch failed: %s", cudaGetErrorString(err));
+  return RSSM_OK;
+}

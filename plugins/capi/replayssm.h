@@ -1,0 +1,45 @@
+// trtllm-replayssm C ABI: the one entry point every adapter (Python binding, TensorRT plugins) calls.
+// Public-API manners: extern "C", POD structs, fixed-width ints, status codes (never exceptions); the caller
+// owns memory and the stream. Launches are asynchronous on the given stream, never synchronise, and are safe
+// inside CUDA graph capture.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "replayssm/common/types.h"
+#include "replayssm/mamba2/params.h"
+
+#if defined(_WIN32)
+#define RSSM_API __declspec(dllexport)
+#else
+#define RSSM_API __attribute__((visibility("default")))
+#endif
+
+#define RSSM_VERSION_MAJOR 0
+#define RSSM_VERSION_MINOR 1
+#define RSSM_VERSION_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// major * 10000 + minor * 100 + patch of the loaded library.
+RSSM_API int32_t rssm_version(void);
+// A constant name for a status code.
+RSSM_API const char* rssm_status_string(rssm_status status);
+// The message of the last failing call on this thread ("" when none): names the offending value.
+RSSM_API const char* rssm_last_error(void);
+
+// sizeof(rssm_mamba2_decode_params) as compiled into the library; callers pass their own size to detect
+// a mismatched header.
+RSSM_API size_t rssm_mamba2_decode_params_size(void);
+// Checks sizes, dtypes, pointers and strides against the dispatch table without launching.
+RSSM_API rssm_status rssm_mamba2_decode_validate(const rssm_mamba2_decode_params* params, size_t params_size);
+// Validates, then launches one decode step (params->mode picks conventional or ReplaySSM) on `stream`
+// (a cudaStream_t; NULL is the legacy default stream). Nothing is launched when validation fails.
+RSSM_API rssm_status rssm_mamba2_decode(const rssm_mamba2_decode_params* params, size_t params_size,
+                                        void* stream);
+
+#ifdef __cplusplus
+}
+#endif

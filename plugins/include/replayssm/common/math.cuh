@@ -1,0 +1,73 @@
+// Device helpers shared by every kernel family: conversions, vector loads, warp reductions.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace replayssm {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Raw storage of VEC elements of T as one aligned access (VEC * sizeof(T) is 4, 8 or 16 bytes).
+template <typename T, int VEC>
+struct alignas(VEC * sizeof(T)) Packed {
+  T v[VEC];
+};
+
+// Elements of T in one access of at most 16 bytes when VEC elements are wanted.
+template <typename T, int VEC>
+__host__ __device__ constexpr int access_elems() {
+  return VEC * sizeof(T) <= 16 ? VEC : 16 / sizeof(T);
+}
+
+// Loads VEC consecutive elements (ptr aligned to the access size) and widens them to fp32;
+// split into 16-byte accesses when VEC * sizeof(T) exceeds 16.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T* ptr, float (&out)[VEC]) {
+  constexpr int A = access_elems<T, VEC>();
+#pragma unroll
+  for (int a = 0; a < VEC / A; ++a) {
+    Packed<T, A> p = *reinterpret_cast<const Packed<T, A>*>(ptr + a * A);
+#pragma unroll
+    for (int e = 0; e < A; ++e) out[a * A + e] = to_float(p.v[e]);
+  }
+}
+
+// Narrows VEC fp32 values to T (round to nearest even) and stores them, 16 bytes at most per access.
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* ptr, const float (&in)[VEC]) {
+  constexpr int A = access_elems<T, VEC>();
+#pragma unroll
+  for (int a = 0; a < VEC / A; ++a) {
+    Packed<T, A> p;
+#pragma unroll
+    for (int e = 0; e < A; ++e) p.v[e] = from_float<T>(in[a * A + e]);
+    *reinterpret_cast<Packed<T, A>*>(ptr + a * A) = p;
+  }
+}
+
+// Sum over groups of WIDTH consecutive lanes (WIDTH a power of two <= 32); every lane gets its group's sum.
+template <int WIDTH>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset, WIDTH);
+  return v;
+}
+
+// softplus(v) for v <= 20, identity above, as every Mamba-2 reference kernel computes processed dt.
+__device__ __forceinline__ float softplus_thresholded(float v) { return v <= 20.f ? log1pf(expf(v)) : v; }
+
+__device__ __forceinline__ float silu_gate(float z) { return z / (1.f + expf(-z)); }
+
+}  // namespace replayssm

@@ -1,0 +1,63 @@
+// Parameters of the Mamba-2 decode kernel family (conventional and ReplaySSM), one POD struct, C compatible.
+// Filled by one host function per adapter (Python binding, TensorRT plugin), validated by
+// rssm_mamba2_decode_validate, passed by value to the kernel. Sizes are int32, strides int64 in elements.
+// New fields go at the end (the struct is part of the C ABI; rssm_mamba2_decode_params_size checks it).
+#pragma once
+#include <stdint.h>
+
+#include "replayssm/common/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rssm_mamba2_mode {
+  RSSM_MAMBA2_CONVENTIONAL = 0,  // load state, update, store state (every step writes the whole state)
+  RSSM_MAMBA2_REPLAY = 1,        // checkpoint + ring: output-only on non-flush rows, rebuild-and-store on flush rows
+} rssm_mamba2_mode;
+
+typedef struct rssm_mamba2_decode_params {
+  // ---- sizes ----
+  int32_t batch;        // rows in this step
+  int32_t nheads;       // H
+  int32_t head_dim;     // P
+  int32_t dstate;       // N
+  int32_t ngroups;      // G, divides H; heads h*G/H .. share B and C
+  int32_t buffer_len;   // L (replay only): records per ring, 1..64; a row flushes when history == L-1
+  int32_t num_slots;    // rows of the pool; slot indices outside [0, num_slots) are skipped like padding
+  int32_t pad_slot_id;  // slot index meaning "padding row: skip, touch nothing" (normally -1)
+  int32_t mode;         // rssm_mamba2_mode
+  int32_t state_dtype;  // rssm_dtype of the checkpoint
+  int32_t act_dtype;    // rssm_dtype of x, dt, B, C, z, y and of the ring records x and B
+  int32_t dt_softplus;  // 1: dt = softplus(dt + dt_bias) (identity above 20); 0: dt = dt + dt_bias
+
+  // ---- pool (written in place; layouts are contiguous and owned by the pool) ----
+  void* state;      // [num_slots, H, P, N] state_dtype. WRITTEN: every row (conventional), flush rows (replay)
+  void* ring_x;     // [num_slots, H, L, P] act_dtype.   WRITTEN: the row's new record (replay, non-flush rows)
+  void* ring_B;     // [num_slots, G, L, N] act_dtype.   WRITTEN: the row's new record (replay, non-flush rows)
+  float* ring_dt;   // [num_slots, H, L] fp32, processed dt. WRITTEN: as ring_x
+  int32_t* cursor;  // [num_slots, RSSM_CURSOR_FIELDS].  WRITTEN: history advanced (or reset on flush), replay only
+  const int32_t* slot_idx;  // [batch] pool row of each batch row; NULL means row b uses slot b
+
+  // ---- per-step inputs (innermost dimension contiguous; outer strides free) ----
+  const void* x;    // [batch, H, P]
+  const void* dt;   // [batch, H] raw dt (before bias and softplus)
+  const void* B;    // [batch, G, N]
+  const void* C;    // [batch, G, N]
+  const void* z;    // [batch, H, P] or NULL: y *= z * sigmoid(z)
+  const float* A;        // [H], negative
+  const float* D;        // [H] or NULL
+  const float* dt_bias;  // [H] or NULL
+  void* y;          // [batch, H, P] act_dtype. WRITTEN: every non-padding row
+
+  int64_t x_batch_stride, x_head_stride;
+  int64_t dt_batch_stride, dt_head_stride;
+  int64_t B_batch_stride, B_group_stride;
+  int64_t C_batch_stride, C_group_stride;
+  int64_t z_batch_stride, z_head_stride;
+  int64_t y_batch_stride, y_head_stride;
+} rssm_mamba2_decode_params;
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,184 @@
+"""GPU tests of the Mamba-2 decode kernels against the PyTorch reference and the fp64 recurrence.
+
+Tolerances (norm-relative, one table): the kernel and the reference differ only in summation order and in
+which side of a rounding boundary a stored value (checkpoint at flush, y) lands, so the error is bounded by
+about two ulps of the coarsest dtype the step stores (fp32 gets 2e-5 for summation order over <= 64 terms).
+"""
+
+import pytest
+import torch
+
+from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_map, step_inputs
+from oracle import SequentialOracle
+from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig, dtype_name
+from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
+from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
+                                                          replay_decode_reference)
+
+pytestmark = pytest.mark.gpu
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+TOL = {F32: 2e-5, F16: 2e-3, BF16: 1.6e-2}
+EPS_ORDER = [F32, F16, BF16]
+
+
+def tol(state_dtype, act_dtype):
+    return TOL[max(state_dtype, act_dtype, key=EPS_ORDER.index)]
+
+
+DTYPE_PAIRS = [(s, a) for s in (F32, F16, BF16) for a in (F32, F16, BF16)]
+
+
+def _id(v):
+    if isinstance(v, tuple) and all(isinstance(d, torch.dtype) for d in v):
+        return f"state_{dtype_name(v[0])}-act_{dtype_name(v[1])}"
+    return None
+
+
+CASES = (
+    [(pair, 64, 128, 8) for pair in DTYPE_PAIRS]
+    + [((F32, BF16), 80, 128, 5), ((BF16, BF16), 128, 64, 16), ((F32, F16), 64, 256, 4),
+       ((F32, BF16), 64, 128, 1), ((F32, BF16), 64, 64, 2), ((F16, F32), 80, 256, 64)]
+)
+
+
+def _wide(t, extra):
+    """The same values as `t` in a view whose batch stride is larger (as when x is a slice of a projection)."""
+    big = torch.randn(t.shape[0], t.shape[1] + extra, *t.shape[2:], device=t.device).to(t.dtype)
+    big[:, :t.shape[1]] = t
+    return big[:, :t.shape[1]]
+
+
+@pytest.mark.parametrize("dtypes, P, N, L", CASES, ids=lambda v: _id(v))
+def test_replay_kernel_matches_reference(dtypes, P, N, L):
+    """3L+3 steps from desynchronised cursors and origins: y, checkpoint, ring and cursors follow the reference;
+    checkpoints of non-flush rows stay bit-identical; padded rows and unused slots are untouched; every
+    non-padded output is written."""
+    state_dtype, act_dtype = dtypes
+    shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=2)
+    cfg = ReplayConfig(buffer_len=L, state_dtype=state_dtype, act_dtype=act_dtype)
+    dev = torch.device("cuda")
+    pool = random_pool(shape, num_slots=9, cfg=cfg, device=dev)
+    ref = clone_pool(pool)
+    A, D, dt_bias = layer_params(shape, dev)
+    batch = 6
+    for step in range(3 * L + 3):
+        slots = slot_map(batch, 9, n_pad=1, device=dev)
+        x, dt, B, C, z = step_inputs(shape, batch, act_dtype, dev)
+        if step % 2:
+            x, z = _wide(x, 3), _wide(z, 1)
+        before = clone_pool(pool)
+        out = torch.full_like(x, float("nan"))
+        replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+        y_ref = replay_decode_reference(ref, x, dt, B, C, A, D, z, dt_bias, True, slots)
+        torch.cuda.synchronize()
+        live = slots >= 0
+        assert not torch.isnan(out[live]).any(), f"step {step}: output not fully written"
+        assert torch.isnan(out[~live]).all(), f"step {step}: padded row written"
+        assert rel_err(out[live], y_ref[live]) < tol(*dtypes), f"step {step}: y off the reference"
+        assert torch.equal(pool.cursor, ref.cursor), f"step {step}: cursors differ from the reference"
+        used = set(slots[live].tolist())
+        hist_before = before.cursor[:, CURSOR_HISTORY]
+        for s in range(9):
+            if s not in used:
+                for name, t in pool.buffers.items():
+                    assert torch.equal(t[s], before.buffers[name][s]), f"step {step}: unused slot {s} {name}"
+            elif int(hist_before[s]) < L - 1:
+                assert torch.equal(pool.checkpoint[s], before.checkpoint[s]), \
+                    f"step {step}: checkpoint of non-flush slot {s} changed"
+        assert torch.equal(pool.ring_x, ref.ring_x) and torch.equal(pool.ring_B, ref.ring_B), \
+            f"step {step}: ring records differ"
+        assert rel_err(pool.ring_dt, ref.ring_dt) < 1e-6, f"step {step}: ring dt differs"
+        assert rel_err(pool.checkpoint, ref.checkpoint) < tol(*dtypes), f"step {step}: checkpoint differs"
+
+
+@pytest.mark.parametrize("L", [4, 16])
+def test_replay_kernel_matches_fp64_recurrence(L):
+    """fp32 state and activations: outputs track the fp64 sequential recurrence over 3L+3 steps."""
+    shape = Mamba2LayerShape(nheads=16, head_dim=64, dstate=128, ngroups=4)
+    dev = torch.device("cuda")
+    cfg = ReplayConfig(buffer_len=L, state_dtype=F32, act_dtype=F32)
+    pool = random_pool(shape, num_slots=8, cfg=cfg, device=dev)
+    A, D, dt_bias = layer_params(shape, dev)
+    oracle = SequentialOracle(pool, A, D, dt_bias)
+    for step in range(3 * L + 3):
+        slots = slot_map(6, 8, n_pad=1, device=dev)
+        x, dt, B, C, z = step_inputs(shape, 6, F32, dev)
+        y = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+        y_ref = oracle.step(slots.cpu(), x, dt, B, C, z)
+        live = (slots >= 0).cpu()
+        assert rel_err(y.cpu()[live], y_ref[live]) < 5e-5, f"step {step}"
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=lambda v: _id(v))
+def test_replay_l1_equals_conventional_kernel_bitwise(dtypes):
+    """L=1: every step flushes an empty ring, so the replay kernel must equal the conventional kernel exactly."""
+    state_dtype, act_dtype = dtypes
+    shape = Mamba2LayerShape(nheads=8, head_dim=64, dstate=128, ngroups=2)
+    dev = torch.device("cuda")
+    pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype), dev, desync=False)
+    state = pool.checkpoint.clone()
+    A, D, dt_bias = layer_params(shape, dev)
+    for _ in range(3):
+        slots = slot_map(4, 5, n_pad=1, device=dev)
+        x, dt, B, C, z = step_inputs(shape, 4, act_dtype, dev)
+        y1 = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+        y2 = conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+        live = slots >= 0
+        assert torch.equal(y1[live], y2[live])
+        assert torch.equal(pool.checkpoint, state)
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=lambda v: _id(v))
+@pytest.mark.parametrize("P, N", [(64, 128), (80, 64), (128, 256)])
+def test_conventional_kernel_matches_reference(dtypes, P, N):
+    state_dtype, act_dtype = dtypes
+    shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=4)
+    dev = torch.device("cuda")
+    state = torch.randn(7, 8, P, N, device=dev).to(state_dtype)
+    ref_state = state.clone()
+    A, D, dt_bias = layer_params(shape, dev, with_D=P != 80, with_bias=N != 64)
+    for step in range(3):
+        slots = slot_map(5, 7, n_pad=2, device=dev)
+        x, dt, B, C, z = step_inputs(shape, 5, act_dtype, dev, with_z=step != 1)
+        before = state.clone()
+        out = torch.full_like(x, float("nan"))
+        conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+        y_ref = conventional_decode_reference(ref_state, x, dt, B, C, A, D, z, dt_bias, True, slots)
+        live = slots >= 0
+        assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all()
+        assert rel_err(out[live], y_ref[live]) < tol(*dtypes)
+        assert rel_err(state, ref_state) < tol(*dtypes)
+        unused = [s for s in range(7) if s not in set(slots[live].tolist())]
+        assert torch.equal(state[unused], before[unused]), "unused slots changed"
+
+
+def test_replay_step_captured_in_cuda_graph():
+    """One replay step captured once and replayed 2L+3 times with new inputs and no host sync follows the
+    reference: the cursor lives and advances on the device."""
+    L = 6
+    shape = Mamba2LayerShape(nheads=8, head_dim=64, dstate=128, ngroups=2)
+    dev = torch.device("cuda")
+    cfg = ReplayConfig(L, F32, BF16)
+    pool = random_pool(shape, 6, cfg, dev)
+    ref = clone_pool(pool)
+    A, D, dt_bias = layer_params(shape, dev)
+    slots = slot_map(5, 6, n_pad=1, device=dev)
+    static = list(step_inputs(shape, 5, BF16, dev))
+    out = torch.empty_like(static[0])
+    # Warm up on a throwaway pool (capture needs the library loaded and the kernels resolved).
+    scratch = clone_pool(pool)
+    replay_decode(scratch, *static[:4], A, D=D, z=static[4], dt_bias=dt_bias, slot_idx=slots, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replay_decode(pool, *static[:4], A, D=D, z=static[4], dt_bias=dt_bias, slot_idx=slots, out=out)
+    for step in range(2 * L + 3):
+        for dst, src in zip(static, step_inputs(shape, 5, BF16, dev)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        y_ref = replay_decode_reference(ref, *static[:4], A, D, static[4], dt_bias, True, slots)
+        live = slots >= 0
+        assert rel_err(out[live], y_ref[live]) < tol(F32, BF16), f"replay {step}"
+        assert torch.equal(pool.cursor, ref.cursor)

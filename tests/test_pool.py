@@ -1,0 +1,68 @@
+"""State pool: layout, bytes per slot (checked by hand), validation, reset after prefill."""
+
+import pytest
+import torch
+
+from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.pool import Mamba2StatePool
+
+SUPER = Mamba2LayerShape(nheads=128, head_dim=64, dstate=128, ngroups=8)
+
+
+def test_bytes_per_slot_super_shape_by_hand():
+    pool = Mamba2StatePool(SUPER, 1, ReplayConfig(buffer_len=16, state_dtype="fp32", act_dtype="bf16"))
+    b = pool.bytes_per_slot()
+    assert b["checkpoint"] == 128 * 64 * 128 * 4 == 4 * 2**20  # the brief's 4 MiB
+    assert b["ring_x"] == 128 * 16 * 64 * 2
+    assert b["ring_B"] == 8 * 16 * 128 * 2
+    assert b["ring_dt"] == 128 * 16 * 4
+    assert b["cursor"] == 16
+    assert b["total"] == sum(v for k, v in b.items() if k != "total")
+
+
+def test_reset_slot_installs_prefill_state_and_empties_ring():
+    shape = Mamba2LayerShape(4, 64, 64, 2)
+    pool = Mamba2StatePool(shape, 3, ReplayConfig(buffer_len=4))
+    pool.cursor[1, 0] = 3
+    st = torch.randn(4, 64, 64)
+    pool.reset_slot(1, st)
+    assert torch.equal(pool.checkpoint[1], st)
+    assert pool.history().tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="shape"):
+        pool.reset_slot(1, torch.randn(4, 64, 32))
+    with pytest.raises(IndexError, match="slot=3"):
+        pool.reset_slot(3)
+
+
+def test_validate_catches_corruption():
+    shape = Mamba2LayerShape(4, 64, 64, 2)
+    pool = Mamba2StatePool(shape, 2, ReplayConfig(buffer_len=4))
+    pool.validate()
+    pool.cursor[0, 0] = 4
+    with pytest.raises(ValueError, match="cursor history"):
+        pool.validate()
+    pool.cursor[0, 0] = 0
+    pool.buffers["ring_x"] = pool.ring_x.float()
+    with pytest.raises(ValueError, match="ring_x.*dtype"):
+        pool.validate()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(buffer_len=0), "buffer_len=0"),
+    (dict(buffer_len=65), "buffer_len=65"),
+    (dict(state_dtype=torch.float64), "state_dtype=float64"),
+    (dict(act_dtype=torch.int8), "act_dtype=int8"),
+])
+def test_rejects_bad_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Mamba2StatePool(Mamba2LayerShape(4, 64, 64, 2), 2, ReplayConfig(**kwargs))
+
+
+@pytest.mark.parametrize("shape, match", [
+    (Mamba2LayerShape(4, 96, 64, 2), "head_dim=96"),
+    (Mamba2LayerShape(4, 64, 32, 2), "dstate=32"),
+    (Mamba2LayerShape(6, 64, 64, 4), "ngroups=4"),
+])
+def test_rejects_unsupported_shape(shape, match):
+    with pytest.raises(ValueError, match=match):
+        Mamba2StatePool(shape, 2)

@@ -1,0 +1,116 @@
+"""Input validation of the ops, and agreement between the Python lists and the native dispatch table."""
+
+import ctypes
+
+import pytest
+import torch
+
+from mamba2_cases import layer_params, step_inputs
+from trtllm_replayssm import _lib
+from trtllm_replayssm.config import (DTYPE_CODES, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES, MAMBA2_HEAD_DIMS,
+                                     MAMBA2_STATE_DTYPES, MAX_BUFFER_LEN, Mamba2LayerShape, ReplayConfig)
+from trtllm_replayssm.ops.mamba2 import conventional_decode, kernels, replay_decode
+from trtllm_replayssm.pool import Mamba2StatePool
+
+SHAPE = Mamba2LayerShape(4, 64, 64, 2)
+
+
+def _case(batch=3, act=torch.bfloat16):
+    pool = Mamba2StatePool(SHAPE, 4, ReplayConfig(buffer_len=4, act_dtype=act))
+    A, D, dt_bias = layer_params(SHAPE, "cpu")
+    return pool, A, D, dt_bias, step_inputs(SHAPE, batch, act, "cpu")
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda a: a.update(x=a["x"][:, :, :32]), r"x has shape \(3, 4, 32\)"),
+    (lambda a: a.update(x=a["x"].float()), "x has dtype fp32 but the pool's act_dtype is bf16"),
+    (lambda a: a.update(B=a["B"].transpose(1, 2).contiguous().transpose(1, 2)), "B must be contiguous"),
+    (lambda a: a.update(dt=a["dt"][:, :2]), r"dt has shape \(3, 2\)"),
+    (lambda a: a.update(A=a["A"].double()), "A has dtype float64"),
+    (lambda a: a.update(slot_idx=torch.tensor([0, 1, 2])), "slot_idx has dtype int64"),
+    (lambda a: a.update(z=a["z"][:2]), r"z has shape \(2, 4, 64\)"),
+])
+def test_replay_rejects_bad_input_and_touches_nothing(mutate, match):
+    pool, A, D, dt_bias, (x, dt, B, C, z) = _case()
+    args = dict(x=x, dt=dt, B=B, C=C, A=A, D=D, z=z, dt_bias=dt_bias)
+    mutate(args)
+    before = {k: v.clone() for k, v in pool.buffers.items()}
+    with pytest.raises(ValueError, match=match):
+        replay_decode(pool, args.pop("x"), args.pop("dt"), args.pop("B"), args.pop("C"), args.pop("A"), **args)
+    for k, v in pool.buffers.items():
+        assert torch.equal(v, before[k]), f"{k} changed on a rejected call"
+
+
+def test_batch_larger_than_pool_needs_slot_idx():
+    pool, A, D, dt_bias, (x, dt, B, C, z) = _case(batch=5)
+    with pytest.raises(ValueError, match="batch=5 exceeds the pool's 4 slots"):
+        replay_decode(pool, x, dt, B, C, A)
+
+
+def test_conventional_rejects_unsupported_head_dim():
+    state = torch.zeros(2, 4, 96, 64)
+    x = torch.randn(2, 4, 96)
+    with pytest.raises(ValueError, match="head_dim=96"):
+        conventional_decode(state, x, torch.randn(2, 4), torch.randn(2, 2, 64), torch.randn(2, 2, 64),
+                            -torch.ones(4))
+
+
+needs_lib = pytest.mark.skipif(not _lib.available(), reason="kernel library not built")
+
+
+def _native_status(**overrides):
+    """Runs the library's validation (no launch, no GPU) on a well-formed params struct with overrides."""
+    dummy = 1 << 20  # 16-byte aligned fake addresses: validation never dereferences them
+    p = kernels.Mamba2DecodeParams(batch=2, nheads=8, head_dim=64, dstate=128, ngroups=2, buffer_len=16,
+                                   num_slots=4, pad_slot_id=-1, mode=kernels.REPLAY, state_dtype=0,
+                                   act_dtype=2, dt_softplus=1)
+    for name in ("state", "ring_x", "ring_B", "ring_dt", "cursor", "x", "dt", "B", "C", "A", "y"):
+        setattr(p, name, dummy)
+    for k, v in overrides.items():
+        setattr(p, k, v)
+    lib = _lib.load()
+    status = lib.rssm_mamba2_decode_validate(ctypes.byref(p), ctypes.sizeof(p))
+    return status, lib.rssm_last_error().decode()
+
+
+@needs_lib
+def test_native_abi_struct_size_matches_binding():
+    assert kernels.abi_size_matches()
+
+
+@needs_lib
+def test_native_dispatch_table_matches_python_lists():
+    for hd in range(1, 300):
+        assert (_native_status(head_dim=hd)[0] == 0) == (hd in MAMBA2_HEAD_DIMS), f"head_dim={hd}"
+    for n in range(1, 600):
+        assert (_native_status(dstate=n)[0] == 0) == (n in MAMBA2_DSTATES), f"dstate={n}"
+    for L in range(-1, 70):
+        assert (_native_status(buffer_len=L)[0] == 0) == (1 <= L <= MAX_BUFFER_LEN), f"buffer_len={L}"
+    for code in range(-1, 5):
+        sup_s = code in {DTYPE_CODES[d] for d in MAMBA2_STATE_DTYPES}
+        sup_a = code in {DTYPE_CODES[d] for d in MAMBA2_ACT_DTYPES}
+        assert (_native_status(state_dtype=code)[0] == 0) == sup_s
+        assert (_native_status(act_dtype=code)[0] == 0) == sup_a
+
+
+@needs_lib
+@pytest.mark.parametrize("overrides, words", [
+    (dict(head_dim=96), "head_dim=96"),
+    (dict(dstate=32), "dstate=32"),
+    (dict(buffer_len=65), "buffer_len=65"),
+    (dict(ngroups=3), "ngroups=3"),
+    (dict(ring_B=None), "ring_B is NULL"),
+    (dict(state=(1 << 20) + 4), "state is not 16-byte aligned"),
+    (dict(mode=7), "mode=7"),
+    (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
+])
+def test_native_errors_name_the_offending_value(overrides, words):
+    status, msg = _native_status(**overrides)
+    assert status == 1 and words in msg, msg
+
+
+@needs_lib
+def test_native_rejects_mismatched_struct_size():
+    lib = _lib.load()
+    p = kernels.Mamba2DecodeParams()
+    assert lib.rssm_mamba2_decode_validate(ctypes.byref(p), ctypes.sizeof(p) - 8) == 3

@@ -1,0 +1,1 @@
+"""Benchmark helpers: CUDA-graph timers, copy-bandwidth ceiling, bytes models."""

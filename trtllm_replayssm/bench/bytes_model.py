@@ -1,0 +1,25 @@
+"""Bytes each decode step must move through HBM (each input read once, each output written once)."""
+
+from __future__ import annotations
+
+from trtllm_replayssm.config import Mamba2LayerShape
+
+
+def mamba2_io_bytes(shape: Mamba2LayerShape, act_bytes: int, with_z=True) -> int:
+    """Per row: x, z, y of [H, P]; B, C of [G, N]; dt of [H] (all in the activation dtype)."""
+    H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
+    return act_bytes * ((3 if with_z else 2) * H * P + 2 * G * N + H)
+
+
+def mamba2_conventional_bytes(shape: Mamba2LayerShape, state_bytes: int, act_bytes: int) -> int:
+    H, P, N = shape.nheads, shape.head_dim, shape.dstate
+    return 2 * H * P * N * state_bytes + mamba2_io_bytes(shape, act_bytes)
+
+
+def mamba2_replay_amortised_bytes(shape: Mamba2LayerShape, L: int, state_bytes: int, act_bytes: int) -> float:
+    """Average over the L phases of a row: checkpoint read every step, written on 1 step in L; the ring window
+    (mean (L-1)/2 records of x, B, dt) read; one record written on L-1 steps in L."""
+    H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
+    state = H * P * N * state_bytes
+    record = act_bytes * (H * P + G * N) + 4 * H
+    return state * (1 + 1 / L) + record * ((L - 1) / 2 + (L - 1) / L) + mamba2_io_bytes(shape, act_bytes)

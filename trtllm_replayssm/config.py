@@ -1,0 +1,98 @@
+"""Configuration dataclasses and the closed lists of supported values: the single source of defaults.
+
+The native dispatch table (plugins/capi/mamba2_dispatch.cu) accepts exactly these values; a test checks that
+the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Element types the kernels read and write (values of the C ABI enum rssm_dtype).
+DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+MAMBA2_HEAD_DIMS = (64, 80, 128)
+MAMBA2_DSTATES = (64, 128, 256)
+MAMBA2_STATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAMBA2_ACT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MIN_BUFFER_LEN = 1
+MAX_BUFFER_LEN = 64
+DEFAULT_BUFFER_LEN = 16
+PAD_SLOT_ID = -1
+
+# Per-slot cursor record (int32): history, origin, arrivals (kernel scratch), reserved.
+CURSOR_FIELDS = 4
+CURSOR_HISTORY = 0
+CURSOR_ORIGIN = 1
+CURSOR_ARRIVALS = 2
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    for name, dt in DTYPE_NAMES.items():
+        if dt == dtype:
+            return name
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(value) -> torch.dtype:
+    """Accepts a torch dtype or one of 'fp32', 'fp16', 'bf16'."""
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str) and value in DTYPE_NAMES:
+        return DTYPE_NAMES[value]
+    raise ValueError(f"unknown dtype {value!r} (expected one of {', '.join(DTYPE_NAMES)})")
+
+
+def _names(dtypes) -> str:
+    return ", ".join(dtype_name(d) for d in dtypes)
+
+
+@dataclass(frozen=True)
+class Mamba2LayerShape:
+    """Shapes of one Mamba-2 mixer: H heads of head_dim P, d_state N, G groups sharing B and C."""
+
+    nheads: int
+    head_dim: int
+    dstate: int
+    ngroups: int
+
+    def validate(self) -> None:
+        if self.head_dim not in MAMBA2_HEAD_DIMS:
+            raise ValueError(f"head_dim={self.head_dim} is not supported (supported: {MAMBA2_HEAD_DIMS})")
+        if self.dstate not in MAMBA2_DSTATES:
+            raise ValueError(f"dstate={self.dstate} is not supported (supported: {MAMBA2_DSTATES})")
+        if not 1 <= self.nheads <= 65535:
+            raise ValueError(f"nheads={self.nheads} is out of range (1..65535)")
+        if self.ngroups < 1 or self.nheads % self.ngroups:
+            raise ValueError(f"ngroups={self.ngroups} must be >= 1 and divide nheads={self.nheads}")
+
+    @property
+    def heads_per_group(self) -> int:
+        return self.nheads // self.ngroups
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """ReplaySSM settings of a layer: ring length L and the dtypes of the checkpoint and of the activations."""
+
+    buffer_len: int = DEFAULT_BUFFER_LEN
+    state_dtype: torch.dtype = torch.float32
+    act_dtype: torch.dtype = torch.bfloat16
+
+    def __post_init__(self):
+        object.__setattr__(self, "state_dtype", parse_dtype(self.state_dtype))
+        object.__setattr__(self, "act_dtype", parse_dtype(self.act_dtype))
+
+    def validate(self) -> None:
+        if not MIN_BUFFER_LEN <= self.buffer_len <= MAX_BUFFER_LEN:
+            raise ValueError(
+                f"buffer_len={self.buffer_len} is out of range ({MIN_BUFFER_LEN}..{MAX_BUFFER_LEN})")
+        if self.state_dtype not in MAMBA2_STATE_DTYPES:
+            raise ValueError(f"state_dtype={dtype_name(self.state_dtype)} is not supported "
+                             f"(supported: {_names(MAMBA2_STATE_DTYPES)})")
+        if self.act_dtype not in MAMBA2_ACT_DTYPES:
+            raise ValueError(f"act_dtype={dtype_name(self.act_dtype)} is not supported "
+                             f"(supported: {_names(MAMBA2_ACT_DTYPES)})")

@@ -1,0 +1,1 @@
+"""Holds the kernel library (libreplayssm*.so) that the install builds; nothing else."""

@@ -1,0 +1,125 @@
+"""State pools: per layer, per request slot, every buffer a ReplaySSM layer keeps between steps.
+
+A pool is described by a list of BufferSpec (name, per-slot shape, dtype) before anything is allocated, so
+the memory planner and the allocator read the same description, and later features (draft windows, read
+copies) add buffers by adding specs.
+
+Mamba-2 pool, one layer (H heads, P head_dim, N d_state, G groups, L ring length):
+    checkpoint [slots, H, P, N]  state dtype      the state at the last flush
+    ring_x     [slots, H, L, P]  activation dtype x of the tokens since the checkpoint
+    ring_B     [slots, G, L, N]  activation dtype B of those tokens
+    ring_dt    [slots, H, L]     fp32             processed dt of those tokens
+    cursor     [slots, 4]        int32            history, origin, arrivals (kernel scratch), reserved
+Batch rows reach slots through an int32 slot index tensor; PAD_SLOT_ID (-1) marks a padding row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, Mamba2LayerShape,
+                                     ReplayConfig, dtype_name)
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    name: str
+    slot_shape: tuple  # shape of one slot's part
+    dtype: torch.dtype
+    role: str  # one line: what the buffer holds
+
+    @property
+    def bytes_per_slot(self) -> int:
+        return math.prod(self.slot_shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[BufferSpec]:
+    H, P, N, G, L = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups, cfg.buffer_len
+    return [
+        BufferSpec("checkpoint", (H, P, N), cfg.state_dtype, "state at the last flush"),
+        BufferSpec("ring_x", (H, L, P), cfg.act_dtype, "x of the tokens since the checkpoint"),
+        BufferSpec("ring_B", (G, L, N), cfg.act_dtype, "B of the tokens since the checkpoint"),
+        BufferSpec("ring_dt", (H, L), torch.float32, "processed dt of the tokens since the checkpoint"),
+        BufferSpec("cursor", (CURSOR_FIELDS,), torch.int32, "history, origin, kernel scratch"),
+    ]
+
+
+class Mamba2StatePool:
+    """All ReplaySSM buffers of one Mamba-2 layer for `num_slots` requests.
+
+    The same pool serves conventional decode (which reads and writes `checkpoint` only) and ReplaySSM decode.
+    """
+
+    def __init__(self, shape: Mamba2LayerShape, num_slots: int, cfg: ReplayConfig | None = None,
+                 device="cpu"):
+        cfg = cfg or ReplayConfig()
+        shape.validate()
+        cfg.validate()
+        if num_slots < 1:
+            raise ValueError(f"num_slots={num_slots} must be >= 1")
+        self.shape, self.cfg, self.num_slots = shape, cfg, num_slots
+        self.specs = mamba2_buffer_specs(shape, cfg)
+        self.buffers = {
+            s.name: torch.zeros((num_slots, *s.slot_shape), dtype=s.dtype, device=device) for s in self.specs
+        }
+        self.device = self.buffers["checkpoint"].device  # "cuda" resolved to "cuda:<current>"
+
+    # Named access to the buffers the kernels take.
+    checkpoint = property(lambda self: self.buffers["checkpoint"])
+    ring_x = property(lambda self: self.buffers["ring_x"])
+    ring_B = property(lambda self: self.buffers["ring_B"])
+    ring_dt = property(lambda self: self.buffers["ring_dt"])
+    cursor = property(lambda self: self.buffers["cursor"])
+
+    @property
+    def buffer_len(self) -> int:
+        return self.cfg.buffer_len
+
+    def bytes_per_slot(self) -> dict:
+        """Bytes one request slot takes, per buffer and in total."""
+        out = {s.name: s.bytes_per_slot for s in self.specs}
+        out["total"] = sum(out.values())
+        return out
+
+    def validate(self) -> None:
+        """Checks every buffer's shape, dtype, device and contiguity against the specs, and cursor ranges."""
+        for s in self.specs:
+            t = self.buffers.get(s.name)
+            want = (self.num_slots, *s.slot_shape)
+            if t is None:
+                raise ValueError(f"pool buffer {s.name!r} is missing")
+            if tuple(t.shape) != want:
+                raise ValueError(f"pool buffer {s.name!r} has shape {tuple(t.shape)}, expected {want}")
+            if t.dtype != s.dtype:
+                raise ValueError(f"pool buffer {s.name!r} has dtype {dtype_name(t.dtype)}, "
+                                 f"expected {dtype_name(s.dtype)}")
+            if t.device != self.device:
+                raise ValueError(f"pool buffer {s.name!r} is on {t.device}, expected {self.device}")
+            if not t.is_contiguous():
+                raise ValueError(f"pool buffer {s.name!r} is not contiguous")
+        hist = self.cursor[:, CURSOR_HISTORY]
+        if bool(((hist < 0) | (hist >= self.buffer_len)).any()):
+            raise ValueError(f"cursor history outside 0..{self.buffer_len - 1}")
+
+    def reset_slot(self, slot: int, state: torch.Tensor | None = None) -> None:
+        """Starts a request in `slot`: checkpoint := state (zeros if None, e.g. from prefill), empty ring."""
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"slot={slot} is outside 0..{self.num_slots - 1}")
+        want = tuple(self.checkpoint.shape[1:])
+        if state is None:
+            self.checkpoint[slot].zero_()
+        else:
+            if tuple(state.shape) != want:
+                raise ValueError(f"state has shape {tuple(state.shape)}, expected {want}")
+            self.checkpoint[slot].copy_(state)
+        self.cursor[slot].zero_()
+
+    def history(self) -> torch.Tensor:
+        """Records in each slot's ring since its checkpoint (a host copy; synchronises)."""
+        return self.cursor[:, CURSOR_HISTORY].cpu()
+
+    def origin(self) -> torch.Tensor:
+        return self.cursor[:, CURSOR_ORIGIN].cpu()
