@@ -122,6 +122,12 @@ def bench_point(shape_name, shape, batch, Ls, mod, sweep, launches):
         pool.cursor[idx.long(), CURSOR_HISTORY] = torch.arange(batch, device=dev, dtype=torch.int32) % L
         step = lambda: replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
         row[f"replay_L{L}_us"] = time_graph_us(step, L * max(1, launches // L))
+        if L == 16:
+            # Decomposition: every row on the output-only route (history L/2) or every row flushing.
+            hist = pool.cursor[:, CURSOR_HISTORY]
+            fill_us = time_graph_us(lambda: hist.fill_(L // 2), launches)
+            row["nonflush_L16_us"] = time_graph_us(lambda: (hist.fill_(L // 2), step()), launches) - fill_us
+            row["allflush_L16_us"] = time_graph_us(lambda: (hist.fill_(L - 1), step()), launches) - fill_us
         del pool
         torch.cuda.empty_cache()
     return row
@@ -134,11 +140,12 @@ def render(rows, copy_gbs, Ls, device_name):
              f"`conv` = our conventional kernel; `mamba-ssm` = `selective_state_update` (Triton) at its defaults "
              f"and at the best launch settings of a sweep; `replay Lk` = ReplaySSM amortised over k steps with "
              f"staggered flush phases. Ratios are against the faster conventional kernel; TB/s is the bytes model "
-             f"(trtllm_replayssm/bench/bytes_model.py) over the time.", ""]
+             f"(trtllm_replayssm/bench/bytes_model.py) over the time. Non-flush / all-flush: one step with every row "
+             f"on the output-only route (history L/2) or every row flushing (L=16).", ""]
     head = ["shape", "batch", "conv µs", "mamba-ssm default", "mamba-ssm best (cfg)", "conv TB/s"]
     for L in Ls:
         head += [f"replay L{L} µs", f"x"]
-    head += [f"replay L16 TB/s"] if 16 in Ls else []
+    head += ["replay L16 TB/s", "non-flush step µs", "all-flush step µs"] if 16 in Ls else []
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         shape = SHAPES[r["shape"]]
@@ -151,7 +158,7 @@ def render(rows, copy_gbs, Ls, device_name):
             cells += [f"{us:.1f}", f"{base / us:.2f}x"]
         if 16 in Ls:
             tb = mamba2_replay_amortised_bytes(shape, 16, 4, 2) * r["batch"] / (r["replay_L16_us"] * 1e-6) / 1e12
-            cells.append(f"{tb:.2f}")
+            cells += [f"{tb:.2f}", f"{r['nonflush_L16_us']:.1f}", f"{r['allflush_L16_us']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

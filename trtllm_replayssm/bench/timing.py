@@ -39,5 +39,15 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    us = time_graph_us(lambda: dst.copy_(src), launches_per_graph=20, replays=10)
-    return 2 * nbytes / (us * 1e-6) / 1e9
+    for _ in range(3):
+        dst.copy_(src)
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / 10)
+    return 2 * nbytes / statistics.median(times) / 1e9

@@ -68,6 +68,14 @@ __device__ __forceinline__ float group_sum(float v) {
 // softplus(v) for v <= 20, identity above, as every Mamba-2 reference kernel computes processed dt.
 __device__ __forceinline__ float softplus_thresholded(float v) { return v <= 20.f ? log1pf(expf(v)) : v; }
 
+// Returns 0, computed from `v` in a way the compiler cannot see through: an operation that uses the result
+// cannot be performed before `v` was loaded.
+__device__ __forceinline__ int depends_on(int v) {
+  int zero;
+  asm volatile("and.b32 %0, %1, 0;" : "=r"(zero) : "r"(v));
+  return zero;
+}
+
 __device__ __forceinline__ float silu_gate(float z) { return z / (1.f + expf(-z)); }
 
 }  // namespace replayssm

@@ -19,7 +19,6 @@
 // -> barrier -> {x window, dt window, B window dots} -> barrier -> FMAs and stores. The per-row cursor advance
 // rides on an arrival counter taken right after the cursor read, so it adds no step to the chain.
 #pragma once
-#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include "replayssm/common/math.cuh"
@@ -31,6 +30,7 @@ namespace mamba2 {
 constexpr int kThreadsPerRow = 8;
 constexpr int kMaxRowsPerBlock = 32;
 constexpr int kMaxBufferLen = 64;
+constexpr int kFlushChunk = 16;  // B records staged in shared memory at a time by a flushing block
 
 // Rows per block: 32 when the head dim allows, 16 otherwise (head_dim 80 = 5 x 16).
 inline int rows_per_block(int head_dim) { return head_dim % 32 == 0 ? 32 : 16; }
@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kThreadsPerRow * kMaxRowsPerBlock)
 
   __shared__ float Bs[N], Cs[N];                // current token's B and C, fp32
   __shared__ float xs[MAXL][kMaxRowsPerBlock];  // window of x for this tile's rows (record j, row r)
-  __shared__ float coef[MAXL];                  // w_j (B_j·C) on non-flush rows, w_j on flush rows
+  __shared__ float coef[MAXL];
+  __shared__ float Bw[REPLAY ? kFlushChunk : 1][REPLAY ? N : 1];  // flush: a chunk of the window's B records                  // w_j (B_j·C) on non-flush rows, w_j on flush rows
   __shared__ float s_abar;
   __shared__ int s_hist, s_origin;
 
@@ -101,14 +102,17 @@ __global__ void __launch_bounds__(kThreadsPerRow * kMaxRowsPerBlock)
   }
 
   // Replay: read the cursor, then arrive. The arrival count tells the last block of the row that every block
-  // has read the cursor, so it may advance it (at its end); acq_rel orders the reads before the count.
+  // has read the cursor, so it may advance it (at its end). The arrival carries a data dependency on the
+  // values read, so it cannot be performed before them; it is relaxed so that nothing waits for it until the
+  // end of the block.
   int32_t* cur = REPLAY ? p.cursor + slot * RSSM_CURSOR_FIELDS : nullptr;
   int arrivals_before = 0;
   if (REPLAY && threadIdx.x == 0) {
-    s_hist = min(max(__ldcg(cur + RSSM_CURSOR_HISTORY), 0), L - 1);  // clamped: never index outside the ring
-    s_origin = ((__ldcg(cur + RSSM_CURSOR_ORIGIN) % L) + L) % L;
-    cuda::atomic_ref<int32_t, cuda::thread_scope_device> arrivals(cur[RSSM_CURSOR_ARRIVALS]);
-    arrivals_before = arrivals.fetch_add(1, cuda::memory_order_acq_rel);
+    const int hist_raw = __ldcg(cur + RSSM_CURSOR_HISTORY);
+    const int origin_raw = __ldcg(cur + RSSM_CURSOR_ORIGIN);
+    s_hist = min(max(hist_raw, 0), L - 1);  // clamped: a corrupted cursor never indexes outside the ring
+    s_origin = ((origin_raw % L) + L) % L;
+    arrivals_before = atomicAdd(cur + RSSM_CURSOR_ARRIVALS, 1 + depends_on(hist_raw ^ origin_raw));
   }
 
   const ActT* x_t = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride;
@@ -205,24 +209,34 @@ __global__ void __launch_bounds__(kThreadsPerRow * kMaxRowsPerBlock)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) s[i][e] *= abar;
       }
-#pragma unroll 4
-      for (int j = 0; j < t; ++j) {
-        const float cx = coef[j] * xs[j][r];
-        int pos = origin + j;
-        pos -= pos >= L ? L : 0;
-        const ActT* Bj = rB + pos * N;
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-          const int n0 = (i * TPR + k) * VEC;
-          float bj[VEC];
+      // The window's B records pass through shared memory in chunks: one cooperative 16-byte-wide load per
+      // chunk instead of a dependent global load per record and thread.
+      constexpr int AV = access_elems<ActT, 16>();  // activation elements per 16-byte access
+      for (int j0 = 0; j0 < t; j0 += kFlushChunk) {
+        const int nrec = min(kFlushChunk, t - j0);
+        if (j0 > 0) __syncthreads();  // the previous chunk has been consumed
+        for (int idx = threadIdx.x; idx < nrec * (N / AV); idx += blockDim.x) {
+          const int rec = idx / (N / AV), n0 = (idx % (N / AV)) * AV, j = j0 + rec;
+          float v[AV];
           if (j == hist) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) bj[e] = Bs[n0 + e];
+            for (int e = 0; e < AV; ++e) v[e] = Bs[n0 + e];
           } else {
-            load_vec<ActT, VEC>(Bj + n0, bj);
+            int pos = origin + j;
+            pos -= pos >= L ? L : 0;
+            load_vec<ActT, AV>(rB + pos * N + n0, v);
           }
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) s[i][e] = fmaf(cx, bj[e], s[i][e]);
+          for (int e = 0; e < AV; ++e) Bw[rec][n0 + e] = v[e];
+        }
+        __syncthreads();
+        for (int rec = 0; rec < nrec; ++rec) {
+          const float cx = coef[j0 + rec] * xs[j0 + rec][r];
+#pragma unroll
+          for (int i = 0; i < NV; ++i) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) s[i][e] = fmaf(cx, Bw[rec][(i * TPR + k) * VEC + e], s[i][e]);
+          }
         }
       }
 #pragma unroll
