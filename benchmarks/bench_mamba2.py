@@ -119,12 +119,12 @@ def bench_point(shape_name, shape, batch, Ls, mod, sweep, launches):
         pool.ring_B.normal_()
         pool.ring_dt.uniform_(0.01, 0.3)
         # Flush phases staggered across rows: the row at batch position b starts with b mod L records.
-        pool.cursor[idx.long(), CURSOR_HISTORY] = torch.arange(batch, device=dev, dtype=torch.int32) % L
+        pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
         step = lambda: replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
         row[f"replay_L{L}_us"] = time_graph_us(step, L * max(1, launches // L))
         if L == 16:
             # Decomposition: every row on the output-only route (history L/2) or every row flushing.
-            hist = pool.cursor[:, CURSOR_HISTORY]
+            hist = pool.cursor[..., CURSOR_HISTORY]
             fill_us = time_graph_us(lambda: hist.fill_(L // 2), launches)
             row["nonflush_L16_us"] = time_graph_us(lambda: (hist.fill_(L // 2), step()), launches) - fill_us
             row["allflush_L16_us"] = time_graph_us(lambda: (hist.fill_(L - 1), step()), launches) - fill_us

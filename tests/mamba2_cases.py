@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.pool import Mamba2StatePool
 
 
@@ -37,8 +37,8 @@ def random_pool(shape, num_slots, cfg: ReplayConfig, device, desync=True):
     pool.ring_dt.copy_(torch.rand(pool.ring_dt.shape, device=device) * 0.3 + 0.01)
     if desync:
         L = cfg.buffer_len
-        pool.cursor[:, CURSOR_HISTORY] = torch.randint(0, L, (num_slots,), device=device, dtype=torch.int32)
-        pool.cursor[:, CURSOR_ORIGIN] = torch.randint(0, L, (num_slots,), device=device, dtype=torch.int32)
+        pool.set_cursor(slice(None), torch.randint(0, L, (num_slots,), device=device, dtype=torch.int32),
+                        torch.randint(0, L, (num_slots,), device=device, dtype=torch.int32))
     return pool
 
 

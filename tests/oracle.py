@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN
 from trtllm_replayssm.ops.mamba2.reference import mamba2_step
 
 
@@ -12,9 +11,9 @@ def fold_ring(pool, A) -> torch.Tensor:
     """fp64 [slots, H, P, N]: each slot's checkpoint with its ring records folded in sequentially."""
     L = pool.buffer_len
     states = pool.checkpoint.double().cpu().clone()
-    cursor = pool.cursor.cpu()
+    hist, orig = pool.history(), pool.origin()
     for s in range(pool.num_slots):
-        h, origin = int(cursor[s, CURSOR_HISTORY]), int(cursor[s, CURSOR_ORIGIN])
+        h, origin = int(hist[s]), int(orig[s])
         for j in range(h):
             p = (origin + j) % L
             x = pool.ring_x[s][:, p].double().cpu()[None]

@@ -10,7 +10,7 @@ import torch
 
 from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_map, step_inputs
 from oracle import SequentialOracle
-from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig, dtype_name
+from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
                                                           replay_decode_reference)
@@ -78,7 +78,7 @@ def test_replay_kernel_matches_reference(dtypes, P, N, L):
         assert rel_err(out[live], y_ref[live]) < tol(*dtypes), f"step {step}: y off the reference"
         assert torch.equal(pool.cursor, ref.cursor), f"step {step}: cursors differ from the reference"
         used = set(slots[live].tolist())
-        hist_before = before.cursor[:, CURSOR_HISTORY]
+        hist_before = before.history()
         for s in range(9):
             if s not in used:
                 for name, t in pool.buffers.items():

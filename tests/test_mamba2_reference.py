@@ -5,7 +5,7 @@ import torch
 
 from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_map, step_inputs
 from oracle import SequentialOracle
-from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.ops.mamba2.reference import mamba2_prefill, mamba2_sequence, mamba2_step
 from trtllm_replayssm.ops.mamba2.replay_reference import replay_row
@@ -113,7 +113,7 @@ def test_padded_rows_and_unused_slots_untouched_reference():
     for name, t in pool.buffers.items():
         for s in (0, 2, 4, 5):
             assert torch.equal(t[s], before.buffers[name][s]), f"{name} of unused slot {s} changed"
-    assert int(pool.cursor[3, CURSOR_HISTORY]) in (0, int(before.cursor[3, CURSOR_HISTORY]) + 1)
+    assert int(pool.history()[3]) in (0, int(before.history()[3]) + 1)
 
 
 def test_step_is_pure():

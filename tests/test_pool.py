@@ -16,14 +16,14 @@ def test_bytes_per_slot_super_shape_by_hand():
     assert b["ring_x"] == 128 * 16 * 64 * 2
     assert b["ring_B"] == 8 * 16 * 128 * 2
     assert b["ring_dt"] == 128 * 16 * 4
-    assert b["cursor"] == 16
+    assert b["cursor"] == 128 * 8 * 2 * 4
     assert b["total"] == sum(v for k, v in b.items() if k != "total")
 
 
 def test_reset_slot_installs_prefill_state_and_empties_ring():
     shape = Mamba2LayerShape(4, 64, 64, 2)
     pool = Mamba2StatePool(shape, 3, ReplayConfig(buffer_len=4))
-    pool.cursor[1, 0] = 3
+    pool.set_cursor(1, 3)
     st = torch.randn(4, 64, 64)
     pool.reset_slot(1, st)
     assert torch.equal(pool.checkpoint[1], st)
@@ -38,10 +38,14 @@ def test_validate_catches_corruption():
     shape = Mamba2LayerShape(4, 64, 64, 2)
     pool = Mamba2StatePool(shape, 2, ReplayConfig(buffer_len=4))
     pool.validate()
-    pool.cursor[0, 0] = 4
+    pool.set_cursor(0, 4)
     with pytest.raises(ValueError, match="cursor history"):
         pool.validate()
-    pool.cursor[0, 0] = 0
+    pool.set_cursor(0, 0)
+    pool.cursor[0, 3, 2, 0] = 1
+    with pytest.raises(ValueError, match="replicas"):
+        pool.validate()
+    pool.set_cursor(0, 0)
     pool.buffers["ring_x"] = pool.ring_x.float()
     with pytest.raises(ValueError, match="ring_x.*dtype"):
         pool.validate()

@@ -23,11 +23,12 @@ MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16
 PAD_SLOT_ID = -1
 
-# Per-slot cursor record (int32): history, origin, arrivals (kernel scratch), reserved.
-CURSOR_FIELDS = 4
+# Cursors: int32 [slots, heads, CURSOR_REPLICAS, CURSOR_FIELDS] with fields (history, origin); every replica
+# of a slot holds the same values between launches (plugins/include/replayssm/common/types.h says why).
+CURSOR_REPLICAS = 8
+CURSOR_FIELDS = 2
 CURSOR_HISTORY = 0
 CURSOR_ORIGIN = 1
-CURSOR_ARRIVALS = 2
 
 
 def dtype_name(dtype: torch.dtype) -> str:

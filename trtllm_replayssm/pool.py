@@ -9,7 +9,7 @@ Mamba-2 pool, one layer (H heads, P head_dim, N d_state, G groups, L ring length
     ring_x     [slots, H, L, P]  activation dtype x of the tokens since the checkpoint
     ring_B     [slots, G, L, N]  activation dtype B of those tokens
     ring_dt    [slots, H, L]     fp32             processed dt of those tokens
-    cursor     [slots, 4]        int32            history, origin, arrivals (kernel scratch), reserved
+    cursor     [slots, H, 8, 2]  int32            (history, origin), replicated per head and tile
 Batch rows reach slots through an int32 slot index tensor; PAD_SLOT_ID (-1) marks a padding row.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, Mamba2LayerShape,
-                                     ReplayConfig, dtype_name)
+from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, CURSOR_REPLICAS,
+                                     Mamba2LayerShape, ReplayConfig, dtype_name)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[Buff
         BufferSpec("ring_x", (H, L, P), cfg.act_dtype, "x of the tokens since the checkpoint"),
         BufferSpec("ring_B", (G, L, N), cfg.act_dtype, "B of the tokens since the checkpoint"),
         BufferSpec("ring_dt", (H, L), torch.float32, "processed dt of the tokens since the checkpoint"),
-        BufferSpec("cursor", (CURSOR_FIELDS,), torch.int32, "history, origin, kernel scratch"),
+        BufferSpec("cursor", (H, CURSOR_REPLICAS, CURSOR_FIELDS), torch.int32,
+                   "ring history and origin, one replica per kernel block"),
     ]
 
 
@@ -100,7 +101,10 @@ class Mamba2StatePool:
                 raise ValueError(f"pool buffer {s.name!r} is on {t.device}, expected {self.device}")
             if not t.is_contiguous():
                 raise ValueError(f"pool buffer {s.name!r} is not contiguous")
-        hist = self.cursor[:, CURSOR_HISTORY]
+        first = self.cursor[:, :1, :1]
+        if not bool((self.cursor == first).all()):
+            raise ValueError("cursor replicas of a slot disagree")
+        hist = first[:, 0, 0, CURSOR_HISTORY]
         if bool(((hist < 0) | (hist >= self.buffer_len)).any()):
             raise ValueError(f"cursor history outside 0..{self.buffer_len - 1}")
 
@@ -119,7 +123,19 @@ class Mamba2StatePool:
 
     def history(self) -> torch.Tensor:
         """Records in each slot's ring since its checkpoint (a host copy; synchronises)."""
-        return self.cursor[:, CURSOR_HISTORY].cpu()
+        return self.cursor[:, 0, 0, CURSOR_HISTORY].cpu()
 
     def origin(self) -> torch.Tensor:
-        return self.cursor[:, CURSOR_ORIGIN].cpu()
+        """Ring position of each slot's first record (a host copy; synchronises)."""
+        return self.cursor[:, 0, 0, CURSOR_ORIGIN].cpu()
+
+    def set_cursor(self, slots, history, origin=None) -> None:
+        """Sets history (and origin) of `slots` in every replica; values may be tensors on the pool's device."""
+        self.cursor[slots, :, :, CURSOR_HISTORY] = _per_slot(history)
+        if origin is not None:
+            self.cursor[slots, :, :, CURSOR_ORIGIN] = _per_slot(origin)
+
+
+def _per_slot(v):
+    """A per-slot value broadcast over the head and replica dimensions of the cursor."""
+    return v[:, None, None] if isinstance(v, torch.Tensor) and v.dim() == 1 else v

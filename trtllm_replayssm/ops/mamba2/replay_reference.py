@@ -70,8 +70,8 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
     dtp = process_dt(dt, dt_bias, dt_softplus, torch.float32).to(cd)  # the kernels keep dt in fp32
     Af = A.to(cd)
     for b, s in _rows(slot_idx, x.shape[0], pool.num_slots, pad_slot_id):
-        h = int(pool.cursor[s, CURSOR_HISTORY])
-        origin = int(pool.cursor[s, CURSOR_ORIGIN]) % L
+        h = int(pool.cursor[s, 0, 0, CURSOR_HISTORY])
+        origin = int(pool.cursor[s, 0, 0, CURSOR_ORIGIN]) % L
         pos = [(origin + j) % L for j in range(h)]
         xw = torch.cat([pool.ring_x[s][:, pos].to(cd).transpose(0, 1), x[b:b + 1].to(cd)])  # [t, H, P]
         dtw = torch.cat([pool.ring_dt[s][:, pos].to(cd).transpose(0, 1), dtp[b:b + 1]])  # [t, H]
@@ -84,11 +84,11 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
         y[b] = yb.to(y.dtype)
         if flush:
             pool.checkpoint[s] = S.to(pool.checkpoint.dtype)
-            pool.cursor[s, CURSOR_HISTORY] = 0
+            pool.set_cursor(s, 0)
         else:
             p = (origin + h) % L
             pool.ring_x[s][:, p] = x[b].to(pool.ring_x.dtype)
             pool.ring_B[s][:, p] = B[b].to(pool.ring_B.dtype)
             pool.ring_dt[s][:, p] = dtp[b].to(torch.float32)
-            pool.cursor[s, CURSOR_HISTORY] = h + 1
+            pool.set_cursor(s, h + 1)
     return y

@@ -76,14 +76,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// Returns 0, computed from `v` in a way the compiler cannot see through: an operation that uses the result
-// cannot be performed before `v` was loaded.
-__device__ __forceinline__ int depends_on(int v) {
-  int zero;
-  asm volatile("and.b32 %0, %1, 0;" : "=r"(zero) : "r"(v));
-  return zero;
-}
-
 __device__ __forceinline__ float silu_gate(float z) { return z / (1.f + expf(-z)); }
 
 }  // namespace replayssm

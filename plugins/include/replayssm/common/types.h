@@ -21,15 +21,16 @@ typedef enum rssm_status {
   RSSM_ERR_ABI_MISMATCH = 3,      // the caller's params struct has a different size than the library's
 } rssm_status;
 
-// Per-slot cursor record, int32 x RSSM_CURSOR_FIELDS, device resident.
+// Cursors, device resident: int32 [slots, heads, RSSM_CURSOR_REPLICAS, RSSM_CURSOR_FIELDS], fields
 //   [0] history: records in the ring since the checkpoint (0 .. L-1)
 //   [1] origin: ring position of the first record (standard decode keeps it at 0; speculative decode moves it)
-//   [2] arrivals: scratch counter the decode kernel uses to advance the cursor once per row (0 between launches)
-//   [3] reserved (0)
-#define RSSM_CURSOR_FIELDS 4
+// All replicas of a slot hold the same values between launches. Each block of a step reads one replica and
+// advances only replicas no other block reads in that launch, so the cursor moves on the device with no
+// inter-block synchronisation (no atomics, no second launch), whatever the number of tiles per head.
+#define RSSM_CURSOR_REPLICAS 8
+#define RSSM_CURSOR_FIELDS 2
 #define RSSM_CURSOR_HISTORY 0
 #define RSSM_CURSOR_ORIGIN 1
-#define RSSM_CURSOR_ARRIVALS 2
 
 #ifdef __cplusplus
 }

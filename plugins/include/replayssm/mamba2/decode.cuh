@@ -18,8 +18,8 @@
 // a group stay in L2 while its H/G heads read them).
 //
 // Latency chain of a replay block: {checkpoint tile (async), cursor, current token} -> barrier ->
-// {x, dt and B windows} -> barrier (tile landed) -> FMAs and stores. The per-row cursor advance rides on an
-// arrival counter taken right after the cursor read, so it adds no step to the chain.
+// {x, dt and B windows} -> barrier (tile landed) -> FMAs and stores. Each block reads and advances its own
+// cursor replica (common/types.h), so the cursor adds no synchronisation between blocks.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -43,15 +43,21 @@ __host__ __device__ constexpr int max_tile_rows(int dstate, int state_bytes, boo
                                                                     : kTileBytes / (dstate * state_bytes);
 }
 
-// Rows per tile: the largest divisor of head_dim that is a multiple of 8 and fits max_tile_rows.
-// Worked example: head_dim 80, dstate 128, fp32 -> 40 rows (80 would be 40 KiB).
-inline int tile_rows(int head_dim, int dstate, int state_bytes, bool replay) {
+// Rows per tile: a divisor of head_dim, a multiple of 8, at most max_tile_rows and at least head_dim / 8
+// (one cursor replica per tile). The largest such tile wins once the grid has two blocks per SM; small
+// batches take smaller tiles so that every SM has loads in flight.
+// Worked examples (132 SMs, fp32): Super (H=128, P=64, N=128) batch 256 -> 64 rows (one 32 KiB tile per
+// head); batch 1 -> 16 rows (512 blocks of 8 KiB). head_dim 80, dstate 128 -> 40 rows (80 would be 40 KiB).
+inline int tile_rows(int head_dim, int dstate, int state_bytes, bool replay, int batch, int nheads, int sms) {
   const int cap = max_tile_rows(dstate, state_bytes, replay);
-  for (int div = 1; div <= head_dim; ++div) {
-    const int rows = head_dim / div;
-    if (head_dim % div == 0 && rows % 8 == 0 && rows <= cap) return rows;
+  int chosen = 0;
+  for (int tiles = 1; tiles <= RSSM_CURSOR_REPLICAS; ++tiles) {
+    const int rows = head_dim / tiles;
+    if (head_dim % tiles || rows % 8 || rows > cap) continue;
+    chosen = rows;
+    if (static_cast<long long>(batch) * nheads * tiles >= 2LL * sms) break;
   }
-  return 8;
+  return chosen;
 }
 
 // Dynamic shared memory of one block: the tile, then (replay) the x window [L][R] and the flush B chunk.
@@ -118,7 +124,8 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
   const int64_t slot = slot_raw;
   const int H = p.nheads, P = p.head_dim, L = p.buffer_len;
   const int group = head / (H / p.ngroups);
-  const int r = threadIdx.x / TPR;  // row within a pass
+  const int rows_per_pass = blockDim.x / TPR;  // min(R, 32)
+  const int r = threadIdx.x / TPR;            // row within a pass
   const int k = threadIdx.x % TPR;
 
   // The dominant load, first and asynchronous: the checkpoint tile (contiguous R*N elements).
@@ -127,28 +134,22 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
     const int chunks = R * N * static_cast<int>(sizeof(StateT)) / 16;
     const char* src = reinterpret_cast<const char*>(gstate);
     char* dst = reinterpret_cast<char*>(tile_s);
-    for (int c = threadIdx.x; c < chunks; c += kBlockThreads) cp_async16(dst + c * 16, src + c * 16);
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) cp_async16(dst + c * 16, src + c * 16);
     cp_async_commit();
   }
 
-  // Replay: read the cursor, then arrive. The arrival count tells the last block of the row that every block
-  // has read the cursor, so it may advance it (at its end). The arrival carries a data dependency on the
-  // values read, so it cannot be performed before them; it is relaxed so that nothing waits for it until the
-  // end of the block.
-  int32_t* cur = REPLAY ? p.cursor + slot * RSSM_CURSOR_FIELDS : nullptr;
-  int arrivals_before = 0;
+  // Replay: this block's cursor replica (see common/types.h).
+  int32_t* cur = REPLAY ? p.cursor + (slot * H + head) * (RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS) : nullptr;
   if (REPLAY && threadIdx.x == 0) {
-    const int hist_raw = __ldcg(cur + RSSM_CURSOR_HISTORY);
-    const int origin_raw = __ldcg(cur + RSSM_CURSOR_ORIGIN);
-    s_hist = min(max(hist_raw, 0), L - 1);  // clamped: a corrupted cursor never indexes outside the ring
-    s_origin = ((origin_raw % L) + L) % L;
-    arrivals_before = atomicAdd(cur + RSSM_CURSOR_ARRIVALS, 1 + depends_on(hist_raw ^ origin_raw));
+    const int32_t* mine = cur + blockIdx.x * RSSM_CURSOR_FIELDS;
+    s_hist = min(max(mine[RSSM_CURSOR_HISTORY], 0), L - 1);  // clamped: a corrupted cursor never indexes outside the ring
+    s_origin = ((mine[RSSM_CURSOR_ORIGIN] % L) + L) % L;
   }
 
   const ActT* x_t = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride;
   const ActT* B_t = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
   const ActT* C_t = static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride;
-  for (int n = threadIdx.x; n < N; n += kBlockThreads) {
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
     Bs[n] = to_float(B_t[n]);
     Cs[n] = to_float(C_t[n]);
   }
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
     const float* rdt = p.ring_dt + (slot * H + head) * L;
     const ActT* rx = static_cast<const ActT*>(p.ring_x) + (slot * H + head) * L * P;
     rB = static_cast<const ActT*>(p.ring_B) + (slot * p.ngroups + group) * L * N;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = kBlockThreads / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
 
     // All window loads are issued before anything waits on them: dt (every warp keeps the whole window,
     // two records per lane), x for this tile's rows, B for the dot products.
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
       return j == hist ? dt : __ldg(rdt + ring_pos(origin, j, L));
     };
     const float dt0 = window_dt(lane), dt1 = window_dt(lane + 32);
-    for (int idx = threadIdx.x; idx < t * R; idx += kBlockThreads) {
+    for (int idx = threadIdx.x; idx < t * R; idx += blockDim.x) {
       const int j = idx / R, rr = idx % R;
       xs[idx] = to_float(j == hist ? x_t[row0 + rr] : rx[ring_pos(origin, j, L) * P + row0 + rr]);
     }
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
     const float dA = expf(A * dt);
 #pragma unroll 1
     for (int ps = 0; ps < PASSES; ++ps) {
-      const int rr = r + ps * kRowsPerPass;
+      const int rr = r + ps * rows_per_pass;
       float row[NV][VEC];
       load_row(rr, row);
       const float cx = dt * (rr < R ? to_float(x_t[row0 + rr]) : 0.f);
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
   } else if (!flush) {
 #pragma unroll 1
     for (int ps = 0; ps < PASSES; ++ps) {
-      const int rr = r + ps * kRowsPerPass;
+      const int rr = r + ps * rows_per_pass;
       float row[NV][VEC];
       load_row(rr, row);
       float dot = 0.f, extra = 0.f;
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
     float s[PASSES][NV][VEC];
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
-      load_row(r + ps * kRowsPerPass, s[ps]);
+      load_row(r + ps * rows_per_pass, s[ps]);
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
 #pragma unroll
@@ -297,7 +298,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
     for (int j0 = 0; j0 < t; j0 += kFlushChunk) {
       const int nrec = min(kFlushChunk, t - j0);
       if (j0 > 0) __syncthreads();  // the previous chunk has been consumed
-      for (int idx = threadIdx.x; idx < nrec * (N / AV); idx += kBlockThreads) {
+      for (int idx = threadIdx.x; idx < nrec * (N / AV); idx += blockDim.x) {
         const int rec = idx / (N / AV), n0 = (idx % (N / AV)) * AV, j = j0 + rec;
         float v[AV];
         if (j == hist) {
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
       for (int rec = 0; rec < nrec; ++rec) {
 #pragma unroll
         for (int ps = 0; ps < PASSES; ++ps) {
-          const int rr = min(r + ps * kRowsPerPass, R - 1);
+          const int rr = min(r + ps * rows_per_pass, R - 1);
           const float cx = coef[j0 + rec] * xs[(j0 + rec) * R + rr];
 #pragma unroll
           for (int i = 0; i < NV; ++i) {
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc = fmaf(s[ps][i][e], Cs[(i * TPR + k) * VEC + e], acc);
       }
-      finish_row(r + ps * kRowsPerPass, acc, s[ps]);
+      finish_row(r + ps * rows_per_pass, acc, s[ps]);
     }
   }
 
@@ -342,28 +343,32 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerSM)
       if (threadIdx.x == 0) p.ring_dt[(slot * H + head) * L + pos] = dt;
       if (blockIdx.x == 0 && head % (H / p.ngroups) == 0) {
         ActT* rB_new = static_cast<ActT*>(p.ring_B) + ((slot * p.ngroups + group) * L + pos) * N;
-        for (int n = threadIdx.x; n < N; n += kBlockThreads) rB_new[n] = B_t[n];
+        for (int n = threadIdx.x; n < N; n += blockDim.x) rB_new[n] = B_t[n];
       }
     }
-    if (threadIdx.x == 0 && arrivals_before == static_cast<int>(gridDim.x * gridDim.y) - 1) {
-      cur[RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;  // WRITES cursor: every block of the row has read it
-      cur[RSSM_CURSOR_ARRIVALS] = 0;
+    if (threadIdx.x == 0) {
+      // WRITES the cursor replicas this block owns in this launch: blockIdx.x, + gridDim.x, ...
+      for (int rep = blockIdx.x; rep < RSSM_CURSOR_REPLICAS; rep += gridDim.x)
+        cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;
     }
   }
 }
 
 template <typename StateT, typename ActT, int N, bool REPLAY>
 static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
-  const int rows = tile_rows(p.head_dim, N, sizeof(StateT), REPLAY);
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  const int rows = tile_rows(p.head_dim, N, sizeof(StateT), REPLAY, p.batch, p.nheads, sms);
   const size_t smem = smem_bytes(rows, N, sizeof(StateT), p.buffer_len, REPLAY);
   auto kernel = decode_kernel<StateT, ActT, N, REPLAY>;
   if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem));
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(p.head_dim / rows, p.nheads, p.batch);
-  kernel<<<grid, kBlockThreads, smem, stream>>>(p, rows);
+  kernel<<<grid, rows < kRowsPerPass ? rows * kThreadsPerRow : kBlockThreads, smem, stream>>>(p, rows);
   return cudaGetLastError();
 }
 

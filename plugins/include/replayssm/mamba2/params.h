@@ -36,7 +36,7 @@ typedef struct rssm_mamba2_decode_params {
   void* ring_x;     // [num_slots, H, L, P] act_dtype.   WRITTEN: the row's new record (replay, non-flush rows)
   void* ring_B;     // [num_slots, G, L, N] act_dtype.   WRITTEN: the row's new record (replay, non-flush rows)
   float* ring_dt;   // [num_slots, H, L] fp32, processed dt. WRITTEN: as ring_x
-  int32_t* cursor;  // [num_slots, RSSM_CURSOR_FIELDS].  WRITTEN: history advanced (or reset on flush), replay only
+  int32_t* cursor;  // [num_slots, H, RSSM_CURSOR_REPLICAS, RSSM_CURSOR_FIELDS]. WRITTEN: history (replay)
   const int32_t* slot_idx;  // [batch] pool row of each batch row; NULL means row b uses slot b
 
   // ---- per-step inputs (innermost dimension contiguous; outer strides free) ----
