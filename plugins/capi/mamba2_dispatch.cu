@@ -96,6 +96,7 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
     for (const Named& r : ring)
       if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay mode)", r.name);
     if (!aligned16(p.ring_B)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_B is not 16-byte aligned");
+    if (!aligned16(p.ring_x)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_x is not 16-byte aligned");
   }
   return RSSM_OK;
 }
