@@ -1,0 +1,45 @@
+"""One conventional and one ReplaySSM (output-only route) decode step of the Super shape, for a profiler:
+    ncu --clock-control none -k regex:decode_kernel python benchmarks/profile_step.py --batch 256
+"""
+
+import argparse
+import math
+
+import torch
+
+from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
+from trtllm_replayssm.pool import Mamba2StatePool
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--history", type=int, default=8)
+    args = ap.parse_args()
+    shape = Mamba2LayerShape(128, 64, 128, 8)
+    dev = torch.device("cuda")
+    b, H, P, N, G = args.batch, 128, 64, 128, 8
+    slots = 2 * b
+    pool = Mamba2StatePool(shape, slots, ReplayConfig(args.L, torch.float32, torch.bfloat16), device=dev)
+    pool.checkpoint.normal_()
+    pool.ring_x.normal_()
+    pool.ring_B.normal_()
+    pool.ring_dt.uniform_(0.01, 0.3)
+    A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
+    D, dt_bias = torch.randn(H, device=dev), torch.rand(H, device=dev) * 3 - 4
+    x, z = torch.randn(b, H, P, device=dev).bfloat16(), torch.randn(b, H, P, device=dev).bfloat16()
+    dt = torch.randn(b, H, device=dev).bfloat16()
+    B, C = torch.randn(b, G, N, device=dev).bfloat16(), torch.randn(b, G, N, device=dev).bfloat16()
+    idx = torch.randperm(slots, device=dev)[:b].to(torch.int32)
+    out = torch.empty_like(x)
+    for _ in range(3):
+        pool.cursor[..., CURSOR_HISTORY] = args.history
+        conventional_decode(pool.checkpoint, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
+        replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
