@@ -63,7 +63,9 @@ def _native_status(**overrides):
     dummy = 1 << 20  # 16-byte aligned fake addresses: validation never dereferences them
     p = kernels.Mamba2DecodeParams(batch=2, nheads=8, head_dim=64, dstate=128, ngroups=2, buffer_len=16,
                                    num_slots=4, pad_slot_id=-1, mode=kernels.REPLAY, state_dtype=0,
-                                   act_dtype=2, dt_softplus=1)
+                                   act_dtype=2, dt_softplus=1, x_batch_stride=512, x_head_stride=64,
+                                   B_batch_stride=256, B_group_stride=128, C_batch_stride=256,
+                                   C_group_stride=128)
     for name in ("state", "ring_x", "ring_B", "ring_dt", "cursor", "x", "dt", "B", "C", "A", "y"):
         setattr(p, name, dummy)
     for k, v in overrides.items():
@@ -103,6 +105,8 @@ def test_native_dispatch_table_matches_python_lists():
     (dict(state=(1 << 20) + 4), "state is not 16-byte aligned"),
     (dict(mode=7), "mode=7"),
     (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
+    (dict(x=(1 << 20) + 2), "x rows must be 16-byte aligned"),
+    (dict(B_batch_stride=129), "B rows must be 16-byte aligned"),
 ])
 def test_native_errors_name_the_offending_value(overrides, words):
     status, msg = _native_status(**overrides)

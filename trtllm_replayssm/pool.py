@@ -8,7 +8,7 @@ Mamba-2 pool, one layer (H heads, P head_dim, N d_state, G groups, L ring length
     checkpoint [slots, H, P, N]  state dtype      the state at the last flush
     ring_x     [slots, H, L, P]  activation dtype x of the tokens since the checkpoint
     ring_B     [slots, G, L, N]  activation dtype B of those tokens
-    ring_dt    [slots, H, L]     fp32             processed dt of those tokens
+    ring_dt    [slots, H, L4]    fp32             processed dt of those tokens (L4 = L rounded up to 4)
     cursor     [slots, H, 8, 2]  int32            (history, origin), replicated per head and tile
 Batch rows reach slots through an int32 slot index tensor; PAD_SLOT_ID (-1) marks a padding row.
 """
@@ -42,7 +42,8 @@ def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[Buff
         BufferSpec("checkpoint", (H, P, N), cfg.state_dtype, "state at the last flush"),
         BufferSpec("ring_x", (H, L, P), cfg.act_dtype, "x of the tokens since the checkpoint"),
         BufferSpec("ring_B", (G, L, N), cfg.act_dtype, "B of the tokens since the checkpoint"),
-        BufferSpec("ring_dt", (H, L), torch.float32, "processed dt of the tokens since the checkpoint"),
+        BufferSpec("ring_dt", (H, (L + 3) // 4 * 4), torch.float32,
+                   "processed dt of the tokens since the checkpoint (rows padded to 16 bytes)"),
         BufferSpec("cursor", (H, CURSOR_REPLICAS, CURSOR_FIELDS), torch.int32,
                    "ring history and origin, one replica per kernel block"),
     ]

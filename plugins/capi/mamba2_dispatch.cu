@@ -91,12 +91,33 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
   for (const Named& r : required)
     if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
+  // Rows of x, z, B and C are copied with 16-byte bulk copies.
+  const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
+  struct Rows {
+    const void* ptr;
+    int64_t stride0, stride1;
+    const char* name;
+  };
+  const Rows rows[] = {{p.x, p.x_batch_stride, p.x_head_stride, "x"},
+                       {p.z, p.z_batch_stride, p.z_head_stride, "z"},
+                       {p.B, p.B_batch_stride, p.B_group_stride, "B"},
+                       {p.C, p.C_batch_stride, p.C_group_stride, "C"}};
+  for (const Rows& t : rows) {
+    if (!t.ptr) continue;
+    if (!aligned16(t.ptr) || (t.stride0 * act_bytes) % 16 || (t.stride1 * act_bytes) % 16)
+      return fail(RSSM_ERR_INVALID_ARGUMENT,
+                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld elements of %lld bytes)", t.name,
+                  t.ptr, static_cast<long long>(t.stride0), static_cast<long long>(t.stride1),
+                  static_cast<long long>(act_bytes));
+  }
   if (p.mode == RSSM_MAMBA2_REPLAY) {
     const Named ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
     for (const Named& r : ring)
       if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay mode)", r.name);
     if (!aligned16(p.ring_B)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_B is not 16-byte aligned");
     if (!aligned16(p.ring_x)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_x is not 16-byte aligned");
+    if (!aligned16(p.ring_dt)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_dt is not 16-byte aligned");
+    if (!aligned16(p.cursor)) return fail(RSSM_ERR_INVALID_ARGUMENT, "cursor is not 16-byte aligned");
   }
   return RSSM_OK;
 }

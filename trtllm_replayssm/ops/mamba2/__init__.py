@@ -59,6 +59,15 @@ def _validate_inputs(shape: Mamba2LayerShape, x, dt, B, C, A, D, z, dt_bias, slo
     else:
         _check_tensor("slot_idx", slot_idx, (b,), torch.int32, dev)
     _check_tensor("out", out, (b, H, P), act, dev, optional=True)
+    if dev.type == "cuda":
+        # The kernels copy rows of x, z, B and C with 16-byte bulk copies.
+        for name, t in (("x", x), ("z", z), ("B", B), ("C", C)):
+            if t is None:
+                continue
+            nbytes = t.element_size()
+            _check(t.data_ptr() % 16 == 0 and all(s * nbytes % 16 == 0 for s in t.stride()[:2]),
+                   f"{name} rows must be 16-byte aligned (data_ptr % 16 = {t.data_ptr() % 16}, "
+                   f"strides {tuple(t.stride()[:2])} elements of {nbytes} bytes)")
 
 
 def conventional_decode(state, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_softplus=True,

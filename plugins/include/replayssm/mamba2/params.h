@@ -35,11 +35,12 @@ typedef struct rssm_mamba2_decode_params {
   void* state;      // [num_slots, H, P, N] state_dtype. WRITTEN: every row (conventional), flush rows (replay)
   void* ring_x;     // [num_slots, H, L, P] act_dtype.   WRITTEN: the row's new record (replay, non-flush rows)
   void* ring_B;     // [num_slots, G, L, N] act_dtype.   WRITTEN: the row's new record (replay, non-flush rows)
-  float* ring_dt;   // [num_slots, H, L] fp32, processed dt. WRITTEN: as ring_x
+  float* ring_dt;   // [num_slots, H, round_up(L, 4)] fp32, processed dt (padded to 16 bytes). WRITTEN: as ring_x
   int32_t* cursor;  // [num_slots, H, RSSM_CURSOR_REPLICAS, RSSM_CURSOR_FIELDS]. WRITTEN: history (replay)
   const int32_t* slot_idx;  // [batch] pool row of each batch row; NULL means row b uses slot b
 
-  // ---- per-step inputs (innermost dimension contiguous; outer strides free) ----
+  // ---- per-step inputs (innermost dimension contiguous; rows of x, z, B, C 16-byte aligned: base pointers
+  //      aligned and outer strides multiples of 16 bytes) ----
   const void* x;    // [batch, H, P]
   const void* dt;   // [batch, H] raw dt (before bias and softplus)
   const void* B;    // [batch, G, N]
