@@ -147,9 +147,13 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 
   extern __shared__ __align__(128) char smem[];
   __shared__ uint64_t bars[kMaxStages];
-  __shared__ ItemHeader hdr;
-  __shared__ float Bf[N], Cf[N];          // current token's B and C, fp32
-  __shared__ float ysum[MAXR];            // S·C (+ replayed terms) per row, before the epilogue
+  // Per-item buffers read by the epilogue are double-buffered by item parity, so the next item's phase 1 may
+  // start while the epilogue of this one runs; headers are written `stages` items ahead.
+  __shared__ ItemHeader hdr[2];
+  __shared__ float Bf[2][N];              // current token's B, fp32
+  __shared__ float Cf[N];                 // current token's C, fp32
+  __shared__ float xf[2][MAXR], zf[2][MAXR];  // current token's x and z rows, fp32
+  __shared__ float ysum[2][MAXR];         // S·C (+ replayed terms) per row, before the epilogue
   __shared__ float wts[kMaxBufferLen];    // w_j
   __shared__ float bc[kMaxBufferLen];     // B_j·C (non-flush)
   __shared__ float s_abar;
@@ -229,42 +233,43 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     sc.bias = p.dt_bias ? p.dt_bias[sc.head] : 0.f;
     return sc;
   };
-  auto write_header = [&](const Scalars& sc) {
+  auto write_header = [&](const Scalars& sc, int parity) {
     float dt = sc.dt + sc.bias;
     if (p.dt_softplus) dt = softplus_thresholded(dt);
-    hdr = ItemHeader{sc.slot, sc.b, sc.head, sc.tile, dt, sc.A, sc.D};
+    hdr[parity] = ItemHeader{sc.slot, sc.b, sc.head, sc.tile, dt, sc.A, sc.D};
   };
 
   const int first = blockIdx.x;
-  int next_slots[kMaxStages];  // thread 0: slots of the items in flight, in issue order
-  if (threadIdx.x == 0) {
+  // The producer (lane 0 of the last warp, which has no epilogue rows) issues copies and writes headers.
+  const bool producer = threadIdx.x == blockDim.x - 32;
+  if (producer) {
     for (int s = 0; s < pl.stages; ++s) mbarrier_init(&bars[s], 1);
     mbarrier_init_fence();
     for (int s = 0; s < pl.stages; ++s) {
       const int item = first + s * G;
-      next_slots[s] = item < pl.items ? slot_of(item) : -1;
-      if (item < pl.items) issue(item, next_slots[s], s);
+      if (item >= pl.items) break;
+      const int slot = slot_of(item);
+      issue(item, slot, s);
+      write_header(load_scalars(item, slot), s & 1);
     }
-    write_header(load_scalars(first, next_slots[0]));
   }
   __syncthreads();
 
   int n = 0;  // items this block has finished
   for (int item = first; item < pl.items; item += G, ++n) {
     const int stage = n % pl.stages;
-    // Thread 0 prefetches, into registers, what it needs at the end of this iteration: the slot of the
-    // item that will refill this stage and the scalars of the next item.
+    const int buf = n & 1;
+    // The producer prefetches, into registers, the slot and scalars of the item that will refill this stage.
     const int refill = item + pl.stages * G;
-    const int next = item + G;
     int refill_slot = -1;
-    Scalars next_sc{};
-    if (threadIdx.x == 0) {
-      if (refill < pl.items) refill_slot = slot_of(refill);
-      if (next < pl.items) next_sc = load_scalars(next, pl.stages > 1 ? next_slots[1] : -2);
+    Scalars refill_sc{};
+    if (producer && refill < pl.items) {
+      refill_slot = slot_of(refill);
+      refill_sc = load_scalars(refill, refill_slot);
     }
 
     mbarrier_wait(&bars[stage], (n / pl.stages) & 1);
-    const ItemHeader h = hdr;
+    const ItemHeader h = hdr[buf];
     const char* st = smem + stage * pl.stage_bytes;
     const StateT* tile_s = reinterpret_cast<const StateT*>(st + pl.tile);
     const ActT* x_s = reinterpret_cast<const ActT*>(st + pl.x);
@@ -289,8 +294,13 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       const ActT* B_s = reinterpret_cast<const ActT*>(st + pl.B);
       const ActT* C_s = reinterpret_cast<const ActT*>(st + pl.C);
       for (int i = threadIdx.x; i < N; i += blockDim.x) {
-        Bf[i] = to_float(B_s[i]);
+        Bf[buf][i] = to_float(B_s[i]);
         Cf[i] = to_float(C_s[i]);
+      }
+      const ActT* z_s = reinterpret_cast<const ActT*>(st + pl.z);
+      for (int rr = threadIdx.x; rr < R; rr += blockDim.x) {
+        xf[buf][rr] = to_float(x_s[rr]);
+        zf[buf][rr] = p.z ? to_float(z_s[rr]) : 0.f;
       }
       if (REPLAY) {
         if (warp == 0) {
@@ -338,19 +348,19 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         }
       };
       auto dot_C = [&](const float (&row)[NV][VEC]) {
-        float acc = 0.f;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: the sum is not one long dependency
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
-          float c[VEC];
 #pragma unroll
           for (int e = 0; e < VEC; e += 4) {
             const float4 c4 = *reinterpret_cast<const float4*>(Cf + (i * TPR + k) * VEC + e);
-            c[e] = c4.x, c[e + 1] = c4.y, c[e + 2] = c4.z, c[e + 3] = c4.w;
+            acc[0] = fmaf(row[i][e], c4.x, acc[0]);
+            acc[1] = fmaf(row[i][e + 1], c4.y, acc[1]);
+            acc[2] = fmaf(row[i][e + 2], c4.z, acc[2]);
+            acc[3] = fmaf(row[i][e + 3], c4.w, acc[3]);
           }
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc = fmaf(row[i][e], c[e], acc);
         }
-        return acc;
+        return (acc[0] + acc[1]) + (acc[2] + acc[3]);
       };
       auto store_row = [&](int rr, const float (&row)[NV][VEC]) {
         if (rr >= R) return;
@@ -358,11 +368,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         for (int i = 0; i < NV; ++i) store_vec<StateT, VEC>(gstate + rr * N + (i * TPR + k) * VEC, row[i]);  // WRITES state
       };
       auto x_rec = [&](int j, int rr) -> float {  // x of window record j for tile row rr
-        return to_float(j == hist ? x_s[rr] : rx_s[ring_pos(origin, j, L) * R + rr]);
+        return j == hist ? xf[buf][rr] : to_float(rx_s[ring_pos(origin, j, L) * R + rr]);
       };
       auto put_y = [&](int rr, float acc) {
         acc = group_sum<TPR>(acc);
-        if (k == 0 && rr < R) ysum[rr] = acc;
+        if (k == 0 && rr < R) ysum[buf][rr] = acc;
       };
 
       if (!REPLAY) {
@@ -372,11 +382,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
           const int rr = r + ps * rows_per_pass;
           float row[NV][VEC];
           load_row(rr, row);
-          const float cx = h.dt * (rr < R ? to_float(x_s[rr]) : 0.f);
+          const float cx = h.dt * (rr < R ? xf[buf][rr] : 0.f);
 #pragma unroll
           for (int i = 0; i < NV; ++i) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) row[i][e] = fmaf(cx, Bf[(i * TPR + k) * VEC + e], row[i][e] * dA);
+            for (int e = 0; e < VEC; ++e) row[i][e] = fmaf(cx, Bf[buf][(i * TPR + k) * VEC + e], row[i][e] * dA);
           }
           put_y(rr, dot_C(row));
           store_row(rr, row);
@@ -406,7 +416,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         for (int j = 0; j < t; ++j) {
           const float* Bj = nullptr;
           const ActT* Bj_ring = rB_s + ring_pos(origin, j, L) * N;
-          if (j == hist) Bj = Bf;
+          if (j == hist) Bj = Bf[buf];
 #pragma unroll
           for (int ps = 0; ps < PASSES; ++ps) {
             const float cx = wts[j] * x_rec(j, min(r + ps * rows_per_pass, R - 1));
@@ -433,28 +443,34 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     }
     __syncthreads();
 
+    // The stage is free: the producer refills it and writes the refill's header; meanwhile the epilogue,
+    // which reads only the double-buffered per-item copies, finishes this item.
+    if (producer && refill < pl.items) {
+      issue(refill, refill_slot, stage);
+      write_header(refill_sc, (n + pl.stages) & 1);
+    }
+
     // ---- Epilogue: one thread per row finishes y; the ring record and the cursor (replay, non-flush).
     if (live) {
       const int64_t sh = static_cast<int64_t>(h.slot) * H + h.head;
       const int pos_new = REPLAY ? ring_pos(origin, hist, L) : 0;
       for (int rr = threadIdx.x; rr < R; rr += blockDim.x) {
         const int prow = row0 + rr;
-        const ActT xv = x_s[rr];
-        float yv = fmaf(h.D, to_float(xv), ysum[rr]);
-        if (p.z) yv *= silu_gate(to_float(reinterpret_cast<const ActT*>(st + pl.z)[rr]));
+        const float xv = xf[buf][rr];
+        float yv = fmaf(h.D, xv, ysum[buf][rr]);
+        if (p.z) yv *= silu_gate(zf[buf][rr]);
         // WRITES y[b, head, prow]
         static_cast<ActT*>(p.y)[h.b * p.y_batch_stride + h.head * p.y_head_stride + prow] = from_float<ActT>(yv);
-        // WRITES ring_x[slot, head, pos_new, prow]
-        if (REPLAY && !flush) static_cast<ActT*>(p.ring_x)[(sh * L + pos_new) * P + prow] = xv;
+        // WRITES ring_x[slot, head, pos_new, prow] (from_float(to_float(v)) == v: an exact copy)
+        if (REPLAY && !flush) static_cast<ActT*>(p.ring_x)[(sh * L + pos_new) * P + prow] = from_float<ActT>(xv);
       }
       if (REPLAY) {
         if (!flush) {
           // WRITES ring_dt of (slot, head) and, from one item per group, ring_B of (slot, group).
           if (threadIdx.x == 0) p.ring_dt[sh * pl.ring_dt_len + pos_new] = h.dt;
           if (h.tile == 0 && h.head % hpg == 0) {
-            const ActT* B_s = reinterpret_cast<const ActT*>(st + pl.B);
             ActT* rB = static_cast<ActT*>(p.ring_B) + ((static_cast<int64_t>(h.slot) * p.ngroups + h.head / hpg) * L + pos_new) * N;
-            for (int i = threadIdx.x; i < N; i += blockDim.x) rB[i] = B_s[i];
+            for (int i = threadIdx.x; i < N; i += blockDim.x) rB[i] = from_float<ActT>(Bf[buf][i]);
           }
         }
         if (threadIdx.x == 0) {
@@ -466,19 +482,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         }
       }
     }
-    __syncthreads();  // this stage and the header are free
-
-    if (threadIdx.x == 0) {
-      if (refill < pl.items) issue(refill, refill_slot, stage);
-      // Slots of the items in flight, oldest first: drop this item's, append the refill's.
-      for (int s = 0; s + 1 < pl.stages; ++s) next_slots[s] = next_slots[s + 1];
-      next_slots[pl.stages - 1] = refill_slot;
-      if (next < pl.items) {
-        if (pl.stages == 1) next_sc.slot = valid_slot(refill_slot) ? refill_slot : -1;
-        write_header(next_sc);
-      }
-    }
-    __syncthreads();
+    if (pl.stages == 1) __syncthreads();  // the next item's header was written just now
   }
 }
 
