@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   // Per-item buffers read by the epilogue are double-buffered by item parity, so the next item's phase 1 may
   // start while the epilogue of this one runs; headers are written `stages` items ahead.
   __shared__ ItemHeader hdr[2];
-  __shared__ float Bf[2][N];              // current token's B, fp32
-  __shared__ float Cf[N];                 // current token's C, fp32
+  __shared__ __align__(16) float Bf[2][N];            // current token's B, fp32
+  __shared__ __align__(16) float Cf[N];               // current token's C, fp32
   __shared__ float xf[2][MAXR], zf[2][MAXR];  // current token's x and z rows, fp32
   __shared__ float ysum[2][MAXR];         // S·C (+ replayed terms) per row, before the epilogue
   __shared__ float wts[kMaxBufferLen];    // w_j
