@@ -176,7 +176,7 @@ def main(argv=None):
     torch.manual_seed(0)
     mod = load_mamba_ssm_kernel(args.mamba_ssm_sdist)
     Ls = [int(v) for v in args.Ls.split(",")]
-    sweep = list(itertools.product((4, 8, 16, 32), (1, 2, 4, 8)))
+    sweep = list(itertools.product((4, 8, 16, 32), (1, 2, 4)))
     copy_gbs = copy_bandwidth_gbs()
     rows = []
     t0 = time.time()

@@ -7,7 +7,7 @@ import statistics
 import torch
 
 
-def time_graph_us(step, launches_per_graph: int, replays: int = 15, warmup: int = 3) -> float:
+def time_graph_us(step, launches_per_graph: int, replays: int = 10, warmup: int = 3) -> float:
     """Median µs per `step()` call: `launches_per_graph` calls are captured in one CUDA graph, the graph is
     replayed `warmup` times, then timed with events `replays` times."""
     s = torch.cuda.Stream()
