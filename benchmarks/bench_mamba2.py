@@ -102,11 +102,12 @@ def bench_point(shape_name, shape, batch, Ls, mod, sweep, launches):
     row["ours_conv_us"] = time_graph_us(
         lambda: conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out),
         launches)
-    row["mamba_ssm_default_us"] = time_graph_us(triton_step(mod, state, x, dt, A, B, C, D, z, dt_bias, idx),
+    idx64 = idx.long()  # mamba-ssm computes slot offsets in 32 bits from int32 indices: overflow past 2^31
+    row["mamba_ssm_default_us"] = time_graph_us(triton_step(mod, state, x, dt, A, B, C, D, z, dt_bias, idx64),
                                                 launches)
     best = (float("inf"), None)
     for bm, nw in sweep:
-        us = time_graph_us(triton_step(mod, state, x, dt, A, B, C, D, z, dt_bias, idx, bm, nw), launches)
+        us = time_graph_us(triton_step(mod, state, x, dt, A, B, C, D, z, dt_bias, idx64, bm, nw), launches)
         best = min(best, (us, f"M{bm}/w{nw}"))
     row["mamba_ssm_best_us"], row["mamba_ssm_best_cfg"] = best
     del state
