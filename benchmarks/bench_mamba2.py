@@ -179,6 +179,7 @@ def main(argv=None):
     Ls = [int(v) for v in args.Ls.split(",")]
     sweep = list(itertools.product((4, 8, 16, 32), (1, 2, 4)))
     copy_gbs = copy_bandwidth_gbs()
+    print(f"# copy bandwidth (read+write): {copy_gbs / 1e3:.2f} TB/s", flush=True)
     rows = []
     t0 = time.time()
     for name in args.shapes.split(","):
