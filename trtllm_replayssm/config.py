@@ -18,6 +18,7 @@ MAMBA2_HEAD_DIMS = (64, 80, 128)
 MAMBA2_DSTATES = (64, 128, 256)
 MAMBA2_STATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAMBA2_ACT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+GDN_HEAD_DIMS = (64, 128, 256)
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16
@@ -73,6 +74,33 @@ class Mamba2LayerShape:
     @property
     def heads_per_group(self) -> int:
         return self.nheads // self.ngroups
+
+
+@dataclass(frozen=True)
+class GdnLayerShape:
+    """Shapes of one Gated DeltaNet mixer: H key heads of dim K, HV value heads of dim V (HV/H value heads share
+    a key head). per_channel_decay selects KDA (Kimi Delta Attention): a decay vector of length K per value head
+    instead of one scalar."""
+
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    per_channel_decay: bool = False
+
+    def validate(self) -> None:
+        for name in ("head_k_dim", "head_v_dim"):
+            if getattr(self, name) not in GDN_HEAD_DIMS:
+                raise ValueError(f"{name}={getattr(self, name)} is not supported (supported: {GDN_HEAD_DIMS})")
+        if not 1 <= self.num_k_heads <= 65535:
+            raise ValueError(f"num_k_heads={self.num_k_heads} is out of range (1..65535)")
+        if self.num_v_heads < 1 or self.num_v_heads % self.num_k_heads:
+            raise ValueError(f"num_v_heads={self.num_v_heads} must be a positive multiple of "
+                             f"num_k_heads={self.num_k_heads}")
+
+    @property
+    def v_heads_per_k_head(self) -> int:
+        return self.num_v_heads // self.num_k_heads
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,13 @@ Mamba-2 pool, one layer (H heads, P head_dim, N d_state, G groups, L ring length
     ring_B     [slots, G, L, N]  activation dtype B of those tokens
     ring_dt    [slots, H, L4]    fp32             processed dt of those tokens (L4 = L rounded up to 4)
     cursor     [slots, H, 8, 2]  int32            (history, origin), replicated per head and tile
+
+Gated DeltaNet / KDA pool, one layer (H key heads of dim K, HV value heads of dim V):
+    checkpoint [slots, HV, V, K]  state dtype      (K contiguous, the serving engines' layout)
+    ring_u     [slots, HV, L, V]  activation dtype corrected updates u of the tokens since the checkpoint
+    ring_k     [slots, H, L, K]   activation dtype keys (after normalisation) of those tokens
+    ring_g     [slots, HV, L4]    fp32             log decays g (KDA: [slots, HV, L, K])
+    cursor     [slots, HV, 8, 2]  int32            as for Mamba-2
 Batch rows reach slots through an int32 slot index tensor; PAD_SLOT_ID (-1) marks a padding row.
 """
 
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, CURSOR_REPLICAS,
-                                     Mamba2LayerShape, ReplayConfig, dtype_name)
+                                     GdnLayerShape, Mamba2LayerShape, ReplayConfig, dtype_name)
 
 
 @dataclass(frozen=True)
@@ -49,31 +56,36 @@ def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[Buff
     ]
 
 
-class Mamba2StatePool:
-    """All ReplaySSM buffers of one Mamba-2 layer for `num_slots` requests.
+def gdn_buffer_specs(shape: GdnLayerShape, cfg: ReplayConfig) -> list[BufferSpec]:
+    H, HV, K, V, L = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim, cfg.buffer_len
+    g_shape = (HV, L, K) if shape.per_channel_decay else (HV, (L + 3) // 4 * 4)
+    return [
+        BufferSpec("checkpoint", (HV, V, K), cfg.state_dtype, "state at the last flush"),
+        BufferSpec("ring_u", (HV, L, V), cfg.act_dtype, "corrected updates u since the checkpoint"),
+        BufferSpec("ring_k", (H, L, K), cfg.act_dtype, "keys since the checkpoint"),
+        BufferSpec("ring_g", g_shape, torch.float32, "log decays since the checkpoint"),
+        BufferSpec("cursor", (HV, CURSOR_REPLICAS, CURSOR_FIELDS), torch.int32,
+                   "ring history and origin, one replica per kernel block"),
+    ]
 
-    The same pool serves conventional decode (which reads and writes `checkpoint` only) and ReplaySSM decode.
+
+class StatePool:
+    """All ReplaySSM buffers of one SSM layer for `num_slots` requests, allocated from buffer specs.
+
+    Every family has a `checkpoint` and a `cursor` buffer; the rest (ring records) is family specific. The
+    same pool serves conventional decode (which reads and writes `checkpoint` only) and ReplaySSM decode.
     """
 
-    def __init__(self, shape: Mamba2LayerShape, num_slots: int, cfg: ReplayConfig | None = None,
-                 device="cpu"):
-        cfg = cfg or ReplayConfig()
-        shape.validate()
-        cfg.validate()
+    def __init__(self, shape, specs: list[BufferSpec], num_slots: int, cfg: ReplayConfig, device="cpu"):
         if num_slots < 1:
             raise ValueError(f"num_slots={num_slots} must be >= 1")
-        self.shape, self.cfg, self.num_slots = shape, cfg, num_slots
-        self.specs = mamba2_buffer_specs(shape, cfg)
+        self.shape, self.cfg, self.num_slots, self.specs = shape, cfg, num_slots, specs
         self.buffers = {
             s.name: torch.zeros((num_slots, *s.slot_shape), dtype=s.dtype, device=device) for s in self.specs
         }
         self.device = self.buffers["checkpoint"].device  # "cuda" resolved to "cuda:<current>"
 
-    # Named access to the buffers the kernels take.
     checkpoint = property(lambda self: self.buffers["checkpoint"])
-    ring_x = property(lambda self: self.buffers["ring_x"])
-    ring_B = property(lambda self: self.buffers["ring_B"])
-    ring_dt = property(lambda self: self.buffers["ring_dt"])
     cursor = property(lambda self: self.buffers["cursor"])
 
     @property
@@ -135,6 +147,35 @@ class Mamba2StatePool:
         self.cursor[slots, :, :, CURSOR_HISTORY] = _per_slot(history)
         if origin is not None:
             self.cursor[slots, :, :, CURSOR_ORIGIN] = _per_slot(origin)
+
+
+class Mamba2StatePool(StatePool):
+    """ReplaySSM buffers of one Mamba-2 layer (layout in the module docstring)."""
+
+    def __init__(self, shape: Mamba2LayerShape, num_slots: int, cfg: ReplayConfig | None = None,
+                 device="cpu"):
+        cfg = cfg or ReplayConfig()
+        shape.validate()
+        cfg.validate()
+        super().__init__(shape, mamba2_buffer_specs(shape, cfg), num_slots, cfg, device)
+
+    ring_x = property(lambda self: self.buffers["ring_x"])
+    ring_B = property(lambda self: self.buffers["ring_B"])
+    ring_dt = property(lambda self: self.buffers["ring_dt"])
+
+
+class GdnStatePool(StatePool):
+    """ReplaySSM buffers of one Gated DeltaNet (or KDA) layer (layout in the module docstring)."""
+
+    def __init__(self, shape: GdnLayerShape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
+        cfg = cfg or ReplayConfig()
+        shape.validate()
+        cfg.validate()
+        super().__init__(shape, gdn_buffer_specs(shape, cfg), num_slots, cfg, device)
+
+    ring_u = property(lambda self: self.buffers["ring_u"])
+    ring_k = property(lambda self: self.buffers["ring_k"])
+    ring_g = property(lambda self: self.buffers["ring_g"])
 
 
 def _per_slot(v):
