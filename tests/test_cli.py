@@ -22,7 +22,7 @@ def test_bundled_config_layers():
 
 
 def test_rejects_unknown_model_type():
-    with pytest.raises(ValueError, match="model_type='llama'"):
+    with pytest.raises(ValueError, match="model_type=.llama. is not supported"):
         mamba2_layers({"model_type": "llama"})
 
 

@@ -1,0 +1,69 @@
+"""Memory planner and model analysis, checked against hand-computed cases."""
+
+import re
+
+import pytest
+
+from trtllm_replayssm.cli import main
+from trtllm_replayssm.model_config import analyze, load_config
+from trtllm_replayssm.planner import PlanSettings, max_requests, request_bytes
+
+TINY = analyze(load_config())  # 4 Mamba-2 layers (H=16, P=64, N=128, G=4, conv 4), 1 attention (2 x 64)
+
+
+def test_tiny_by_hand():
+    s = PlanSettings(context_len=8192, T=4, buffer_len=16)
+    conv_channels = 16 * 64 + 2 * 4 * 128
+    state = 16 * 64 * 128 * 4
+    assert request_bytes(TINY, "conventional", s) == {
+        "ssm": 4 * state, "conv": 4 * 3 * conv_channels * 2, "kv": 2 * 2 * 64 * 8192 * 2,
+        "total": 4 * state + 4 * 3 * conv_channels * 2 + 2 * 2 * 64 * 8192 * 2}
+    spec = request_bytes(TINY, "conventional_spec", s)
+    assert spec["ssm"] == 4 * 4 * state and spec["conv"] == 4 * 4 * 3 * conv_channels * 2
+    assert spec["kv"] == 2 * 2 * 64 * (8192 + 3) * 2
+    ring16 = 16 * 16 * 64 * 2 + 4 * 16 * 128 * 2 + 16 * 16 * 4 + 16 * 8 * 2 * 4
+    assert request_bytes(TINY, "replay", s)["ssm"] == 4 * (state + ring16)
+    ring20 = 16 * 20 * 64 * 2 + 4 * 20 * 128 * 2 + 16 * 20 * 4 + 16 * 8 * 2 * 4  # L = 16 + T
+    r = request_bytes(TINY, "replay_spec", s)
+    assert r["ssm"] == 4 * (state + ring20) and r["conv"] == 4 * (3 + 4) * conv_channels * 2
+    total = r["total"]
+    assert max_requests(TINY, "replay_spec", s, gpu_bytes=1e9, weight_bytes=0.4e9) == int(0.6e9 // total)
+    assert max_requests(TINY, "replay_spec", s, gpu_bytes=1e9, weight_bytes=2e9) == 0
+
+
+def test_speculative_ring_must_hold_two_windows():
+    with pytest.raises(ValueError, match="spec_buffer_len=7 is below 2T=8"):
+        request_bytes(TINY, "replay_spec", PlanSettings(T=4, spec_buffer_len=7))
+
+
+@pytest.mark.parametrize("name, counts, ssm_shape", [
+    ("nemotron3_super", {"mamba2": 40, "attention": 8}, (128, 64, 128, 8)),
+    ("nemotron3_nano_30b", {"mamba2": 23, "attention": 6}, (64, 64, 128, 8)),
+    ("qwen3_5_4b", {"gdn": 24, "attention": 8}, (16, 32, 128, 128)),
+    ("qwen3_5_122b_a10b", {"gdn": 36, "attention": 12}, (16, 64, 128, 128)),
+])
+def test_bundled_configs_match_the_brief(name, counts, ssm_shape):
+    plan = analyze(load_config(name))
+    for kind, n in counts.items():
+        assert len(plan.of_kind(kind)) == n
+    ssm = (plan.of_kind("mamba2") or plan.of_kind("gdn"))[0].shape
+    assert tuple(vars(ssm).values())[:4] == ssm_shape
+
+
+def test_analysis_refuses_unsupported_shapes():
+    cfg = load_config("nemotron3_super")
+    cfg["mamba_head_dim"] = 96
+    with pytest.raises(ValueError, match="Mamba-2 layers: head_dim=96"):
+        analyze(cfg)
+    q = load_config("qwen3_5_4b")
+    q["text_config"]["layer_types"][0] = "sliding_attention"
+    with pytest.raises(ValueError, match="layer_types\\[0\\]='sliding_attention'"):
+        analyze(q)
+
+
+def test_plan_cli_prints_every_mode(capsys):
+    assert main(["plan", "--config", "qwen3_5_4b", "--T", "4"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("conventional ", "conventional_spec", "replay ", "replay_spec"):
+        assert mode in out
+    assert re.search(r"replay_spec .*x conventional spec", out)

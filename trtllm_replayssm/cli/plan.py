@@ -1,0 +1,43 @@
+"""`trtllm-replayssm plan`: per-request memory and the most concurrent requests per decoding mode."""
+
+from __future__ import annotations
+
+from trtllm_replayssm.model_config import analyze, bundled_configs, load_config
+from trtllm_replayssm.planner import MODES, PlanSettings, max_requests, request_bytes
+
+
+def register(sub):
+    p = sub.add_parser("plan", help="per-request memory and max concurrent requests for each decoding mode")
+    p.add_argument("--config", default=None,
+                   help=f"config.json, model directory or bundled name ({', '.join(bundled_configs())})")
+    p.add_argument("--context", type=int, default=8192, help="context length per request (tokens)")
+    p.add_argument("--gpu-mem-gb", type=float, default=141.0, help="GPU memory budget (GB, 1e9 bytes)")
+    p.add_argument("--weight-gb", type=float, default=0.0, help="memory taken by weights and workspace (GB)")
+    p.add_argument("--T", type=int, default=4, help="tokens per speculative step (1 + drafts)")
+    p.add_argument("--buffer-len", type=int, default=16, help="ReplaySSM ring length")
+    p.add_argument("--spec-buffer-len", type=int, default=None, help="speculative ring length (default L + T)")
+    p.add_argument("--state-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--act-dtype", default="bf16", choices=["fp32", "fp16", "bf16"])
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    model = analyze(load_config(args.config))
+    s = PlanSettings(context_len=args.context, T=args.T, buffer_len=args.buffer_len,
+                     spec_buffer_len=args.spec_buffer_len, state_dtype=args.state_dtype, act_dtype=args.act_dtype)
+    gpu, weights = args.gpu_mem_gb * 1e9, args.weight_gb * 1e9
+    counts = {k: len(model.of_kind(k)) for k in ("mamba2", "gdn", "attention")}
+    print(f"{model.model_type}: {counts['mamba2']} Mamba-2, {counts['gdn']} GDN, {counts['attention']} attention "
+          f"layers; context {s.context_len}, T={s.T}, L={s.buffer_len}, spec L={s.ring_len('replay_spec')}, "
+          f"state {s.state_dtype}, activations {s.act_dtype}; {args.gpu_mem_gb:g} GB GPU, {args.weight_gb:g} GB weights")
+    print(f"{'mode':<18} {'SSM MiB':>9} {'conv MiB':>9} {'KV MiB':>9} {'total MiB':>10} {'max requests':>13}")
+    base = None
+    for mode in MODES:
+        b = request_bytes(model, mode, s)
+        n = max_requests(model, mode, s, gpu, weights)
+        if mode == "conventional_spec":
+            base = n
+        ratio = f"  ({n / base:.2f}x conventional spec)" if base and mode == "replay_spec" else ""
+        print(f"{mode:<18} {b['ssm'] / 2**20:9.1f} {b['conv'] / 2**20:9.2f} {b['kv'] / 2**20:9.1f} "
+              f"{b['total'] / 2**20:10.1f} {n:13d}{ratio}")
+    return 0
