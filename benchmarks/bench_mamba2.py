@@ -145,7 +145,7 @@ def render(rows, copy_gbs, Ls, device_name):
              f"on the output-only route (history L/2) or every row flushing (L=16).", ""]
     head = ["shape", "batch", "conv µs", "mamba-ssm default", "mamba-ssm best (cfg)", "conv TB/s"]
     for L in Ls:
-        head += [f"replay L{L} µs", f"x"]
+        head += [f"replay L{L} µs", "x"]
     head += ["replay L16 TB/s", "non-flush step µs", "all-flush step µs"] if 16 in Ls else []
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:

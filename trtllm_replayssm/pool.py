@@ -76,10 +76,16 @@ class StatePool:
     same pool serves conventional decode (which reads and writes `checkpoint` only) and ReplaySSM decode.
     """
 
-    def __init__(self, shape, specs: list[BufferSpec], num_slots: int, cfg: ReplayConfig, device="cpu"):
+    buffer_specs = None  # (shape, cfg) -> list[BufferSpec], set by each family
+
+    def __init__(self, shape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
+        cfg = cfg or ReplayConfig()
+        shape.validate()
+        cfg.validate()
         if num_slots < 1:
             raise ValueError(f"num_slots={num_slots} must be >= 1")
-        self.shape, self.cfg, self.num_slots, self.specs = shape, cfg, num_slots, specs
+        self.shape, self.cfg, self.num_slots = shape, cfg, num_slots
+        self.specs = type(self).buffer_specs(shape, cfg)
         self.buffers = {
             s.name: torch.zeros((num_slots, *s.slot_shape), dtype=s.dtype, device=device) for s in self.specs
         }
@@ -142,6 +148,25 @@ class StatePool:
         """Ring position of each slot's first record (a host copy; synchronises)."""
         return self.cursor[:, 0, 0, CURSOR_ORIGIN].cpu()
 
+    def window(self, slot: int) -> tuple[int, list[int]]:
+        """(history, ring positions of the records since the checkpoint, oldest first) of one slot."""
+        h = int(self.cursor[slot, 0, 0, CURSOR_HISTORY])
+        origin = int(self.cursor[slot, 0, 0, CURSOR_ORIGIN])
+        return h, [(origin + j) % self.buffer_len for j in range(h + 1)]
+
+    def commit_step(self, slot: int, new_checkpoint: torch.Tensor | None = None, **records) -> None:
+        """Ends a replay step of `slot` as the kernels do: a flush stores `new_checkpoint` and empties the ring;
+        otherwise each record (buffer name -> this token's record) goes to the next ring position."""
+        h, positions = self.window(slot)
+        if new_checkpoint is not None:
+            self.checkpoint[slot] = new_checkpoint.to(self.checkpoint.dtype)
+            self.set_cursor(slot, 0)
+            return
+        for name, value in records.items():
+            ring = self.buffers[name]
+            ring[slot][:, positions[h]] = value.to(ring.dtype)
+        self.set_cursor(slot, h + 1)
+
     def set_cursor(self, slots, history, origin=None) -> None:
         """Sets history (and origin) of `slots` in every replica; values may be tensors on the pool's device."""
         self.cursor[slots, :, :, CURSOR_HISTORY] = _per_slot(history)
@@ -152,12 +177,7 @@ class StatePool:
 class Mamba2StatePool(StatePool):
     """ReplaySSM buffers of one Mamba-2 layer (layout in the module docstring)."""
 
-    def __init__(self, shape: Mamba2LayerShape, num_slots: int, cfg: ReplayConfig | None = None,
-                 device="cpu"):
-        cfg = cfg or ReplayConfig()
-        shape.validate()
-        cfg.validate()
-        super().__init__(shape, mamba2_buffer_specs(shape, cfg), num_slots, cfg, device)
+    buffer_specs = staticmethod(mamba2_buffer_specs)
 
     ring_x = property(lambda self: self.buffers["ring_x"])
     ring_B = property(lambda self: self.buffers["ring_B"])
@@ -167,11 +187,7 @@ class Mamba2StatePool(StatePool):
 class GdnStatePool(StatePool):
     """ReplaySSM buffers of one Gated DeltaNet (or KDA) layer (layout in the module docstring)."""
 
-    def __init__(self, shape: GdnLayerShape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
-        cfg = cfg or ReplayConfig()
-        shape.validate()
-        cfg.validate()
-        super().__init__(shape, gdn_buffer_specs(shape, cfg), num_slots, cfg, device)
+    buffer_specs = staticmethod(gdn_buffer_specs)
 
     ring_u = property(lambda self: self.buffers["ring_u"])
     ring_k = property(lambda self: self.buffers["ring_k"])

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN
 from trtllm_replayssm.ops.gdn.reference import decay_state, expand_heads, gdn_step
 from trtllm_replayssm.ops.mamba2.replay_reference import _rows
 
@@ -70,13 +69,12 @@ def gdn_conventional_decode_reference(state, q, k, v, g, beta, slot_idx=None, pa
 def gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_id=-1, out=None):
     """ReplaySSM step over a GdnStatePool (updated in place) on prepared q, k and fp32 g, beta."""
     cd = torch.float64 if pool.checkpoint.dtype == torch.float64 else torch.float32
-    L, HV = pool.buffer_len, pool.shape.num_v_heads
+    L, HV = pool.buffer_len, pool.shape.num_v_heads  # a row flushes when its history reaches L - 1
     y = torch.empty_like(v) if out is None else out
     g32 = g.to(torch.float32)
     for b, s in _rows(slot_idx, v.shape[0], pool.num_slots, pad_slot_id):
-        h = int(pool.cursor[s, 0, 0, CURSOR_HISTORY])
-        origin = int(pool.cursor[s, 0, 0, CURSOR_ORIGIN]) % L
-        pos = [(origin + j) % L for j in range(h)]
+        h, positions = pool.window(s)
+        pos = positions[:h]
         kw = expand_heads(pool.ring_k[s][:, pos].to(cd).transpose(0, 1), HV)  # [h, HV, K]
         uw = pool.ring_u[s][:, pos].to(cd).transpose(0, 1)  # [h, HV, V]
         gw = pool.ring_g[s][:, pos].to(cd).transpose(0, 1)  # [h, HV] or [h, HV, K]
@@ -87,13 +85,5 @@ def gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_
         yb, u, S = replay_row(pool.checkpoint[s].to(cd), kw, uw, gw, qb, kb, v[b].to(cd), g32[b].to(cd),
                               beta[b].to(cd), flush)
         y[b] = yb.to(y.dtype)
-        if flush:
-            pool.checkpoint[s] = S.to(pool.checkpoint.dtype)
-            pool.set_cursor(s, 0)
-        else:
-            p = (origin + h) % L
-            pool.ring_u[s][:, p] = u.to(pool.ring_u.dtype)
-            pool.ring_k[s][:, p] = k[b].to(pool.ring_k.dtype)
-            pool.ring_g[s][:, p] = g32[b]
-            pool.set_cursor(s, h + 1)
+        pool.commit_step(s, S, ring_u=u, ring_k=k[b], ring_g=g32[b])
     return y

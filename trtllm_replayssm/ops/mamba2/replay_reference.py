@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN
 from trtllm_replayssm.ops.mamba2.reference import mamba2_step, output_epilogue, process_dt
 
 
@@ -64,15 +63,14 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
                             slot_idx=None, pad_slot_id=-1, out=None):
     """ReplaySSM step over a Mamba2StatePool (updated in place: ring, cursor, checkpoint on flush rows)."""
     cd = torch.float64 if pool.checkpoint.dtype == torch.float64 else torch.float32
-    L = pool.buffer_len
+    L = pool.buffer_len  # a row flushes when its history reaches L - 1
     hpg = pool.shape.heads_per_group
     y = torch.empty_like(x) if out is None else out
     dtp = process_dt(dt, dt_bias, dt_softplus, torch.float32).to(cd)  # the kernels keep dt in fp32
     Af = A.to(cd)
     for b, s in _rows(slot_idx, x.shape[0], pool.num_slots, pad_slot_id):
-        h = int(pool.cursor[s, 0, 0, CURSOR_HISTORY])
-        origin = int(pool.cursor[s, 0, 0, CURSOR_ORIGIN]) % L
-        pos = [(origin + j) % L for j in range(h)]
+        h, positions = pool.window(s)
+        pos = positions[:h]
         xw = torch.cat([pool.ring_x[s][:, pos].to(cd).transpose(0, 1), x[b:b + 1].to(cd)])  # [t, H, P]
         dtw = torch.cat([pool.ring_dt[s][:, pos].to(cd).transpose(0, 1), dtp[b:b + 1]])  # [t, H]
         Bg = torch.cat([pool.ring_B[s][:, pos].to(cd).transpose(0, 1), B[b:b + 1].to(cd)])  # [t, G, N]
@@ -82,13 +80,5 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
         yb, S = replay_row(pool.checkpoint[s].to(cd), xw, dtw, Bw, Ch, Af, flush)
         yb = output_epilogue(yb, x[b].to(cd), D, None if z is None else z[b], cd)
         y[b] = yb.to(y.dtype)
-        if flush:
-            pool.checkpoint[s] = S.to(pool.checkpoint.dtype)
-            pool.set_cursor(s, 0)
-        else:
-            p = (origin + h) % L
-            pool.ring_x[s][:, p] = x[b].to(pool.ring_x.dtype)
-            pool.ring_B[s][:, p] = B[b].to(pool.ring_B.dtype)
-            pool.ring_dt[s][:, p] = dtp[b].to(torch.float32)
-            pool.set_cursor(s, h + 1)
+        pool.commit_step(s, S, ring_x=x[b], ring_B=B[b], ring_dt=dtp[b].float())
     return y
