@@ -67,3 +67,13 @@ def test_plan_cli_prints_every_mode(capsys):
     for mode in ("conventional ", "conventional_spec", "replay ", "replay_spec"):
         assert mode in out
     assert re.search(r"replay_spec .*x conventional spec", out)
+
+
+def test_build_dry_run_plan(capsys):
+    assert main(["build", "--model", "nemotron_h_tiny", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("-> ReplaySSM Mamba-2 decode") == 4 and out.count("-> unchanged") == 4
+    # 4 layers x (16*64*128*4 state + 16*16*64*2 + 4*16*128*2 + 16*16*4 + 16*8*2*4 ring and cursors) bytes
+    assert "state 2.0 MiB, ReplaySSM pool 2.2 MiB" in out
+    with pytest.raises(SystemExit, match="only --dry-run"):
+        main(["build", "--model", "nemotron_h_tiny"])
