@@ -148,11 +148,12 @@ class StatePool:
         """Ring position of each slot's first record (a host copy; synchronises)."""
         return self.cursor[:, 0, 0, CURSOR_ORIGIN].cpu()
 
-    def window(self, slot: int) -> tuple[int, list[int]]:
-        """(history, ring positions of the records since the checkpoint, oldest first) of one slot."""
+    def window(self, slot: int, records: int | None = None) -> tuple[int, list[int]]:
+        """(history h, ring positions of records 0 .. records-1 counted from the origin) of one slot;
+        by default h + 1 positions: the history and the next free position."""
         h = int(self.cursor[slot, 0, 0, CURSOR_HISTORY])
         origin = int(self.cursor[slot, 0, 0, CURSOR_ORIGIN])
-        return h, [(origin + j) % self.buffer_len for j in range(h + 1)]
+        return h, [(origin + j) % self.buffer_len for j in range(h + 1 if records is None else records)]
 
     def commit_step(self, slot: int, new_checkpoint: torch.Tensor | None = None, **records) -> None:
         """Ends a replay step of `slot` as the kernels do: a flush stores `new_checkpoint` and empties the ring;
