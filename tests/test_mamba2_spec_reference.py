@@ -7,8 +7,8 @@ import torch
 from mamba2_cases import layer_params, rel_err
 from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2.reference import mamba2_step
-from trtllm_replayssm.ops.mamba2.spec_reference import (commit_reference, replay_verify_reference,
-                                                         snapshot_commit_reference, snapshot_verify_reference)
+from trtllm_replayssm.ops.mamba2.spec_reference import replay_verify_reference, snapshot_verify_reference
+from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit_reference
 from trtllm_replayssm.pool import Mamba2StatePool
 
 SHAPE = Mamba2LayerShape(nheads=4, head_dim=64, dstate=64, ngroups=2)

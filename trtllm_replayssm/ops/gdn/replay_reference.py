@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from trtllm_replayssm.ops.gdn.reference import decay_state, expand_heads, gdn_step
-from trtllm_replayssm.ops.mamba2.replay_reference import _rows
+from trtllm_replayssm.ops.slots import live_rows
 
 
 def replay_row(S0, kw, uw, gw, q, k, v, g, beta, flush):
@@ -59,7 +59,7 @@ def replay_row(S0, kw, uw, gw, q, k, v, g, beta, flush):
 def gdn_conventional_decode_reference(state, q, k, v, g, beta, slot_idx=None, pad_slot_id=-1, out=None):
     """Conventional step on pool rows (prepared q, k; g, beta in fp32): state[slot] updated in place."""
     y = torch.empty_like(v) if out is None else out
-    for b, s in _rows(slot_idx, v.shape[0], state.shape[0], pad_slot_id):
+    for b, s in live_rows(slot_idx, v.shape[0], state.shape[0], pad_slot_id):
         yb, S = gdn_step(state[s:s + 1], q[b:b + 1], k[b:b + 1], v[b:b + 1], g[b:b + 1], beta[b:b + 1])
         state[s] = S[0].to(state.dtype)
         y[b] = yb[0].to(y.dtype)
@@ -72,7 +72,7 @@ def gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_
     L, HV = pool.buffer_len, pool.shape.num_v_heads  # a row flushes when its history reaches L - 1
     y = torch.empty_like(v) if out is None else out
     g32 = g.to(torch.float32)
-    for b, s in _rows(slot_idx, v.shape[0], pool.num_slots, pad_slot_id):
+    for b, s in live_rows(slot_idx, v.shape[0], pool.num_slots, pad_slot_id):
         h, positions = pool.window(s)
         pos = positions[:h]
         kw = expand_heads(pool.ring_k[s][:, pos].to(cd).transpose(0, 1), HV)  # [h, HV, K]

@@ -16,19 +16,14 @@ from __future__ import annotations
 import torch
 
 from trtllm_replayssm.ops.mamba2.reference import mamba2_step, output_epilogue, process_dt
-
-
-def _rows(slot_idx, batch, num_slots, pad_slot_id):
-    """(batch row, slot) pairs of the rows that are not padding."""
-    idx = list(range(batch)) if slot_idx is None else [int(s) for s in slot_idx.tolist()]
-    return [(b, s) for b, s in enumerate(idx) if s != pad_slot_id and 0 <= s < num_slots]
+from trtllm_replayssm.ops.slots import live_rows
 
 
 def conventional_decode_reference(state, x, dt, B, C, A, D=None, z=None, dt_bias=None, dt_softplus=True,
                                   slot_idx=None, pad_slot_id=-1, out=None):
     """Conventional step on pool rows: state[slot] := updated state (in place). Returns y."""
     y = torch.empty_like(x) if out is None else out
-    for b, s in _rows(slot_idx, x.shape[0], state.shape[0], pad_slot_id):
+    for b, s in live_rows(slot_idx, x.shape[0], state.shape[0], pad_slot_id):
         yb, new_state = mamba2_step(state[s:s + 1], x[b:b + 1], dt[b:b + 1], A, B[b:b + 1], C[b:b + 1], D,
                                     None if z is None else z[b:b + 1], dt_bias, dt_softplus)
         state[s] = new_state[0].to(state.dtype)
@@ -68,7 +63,7 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
     y = torch.empty_like(x) if out is None else out
     dtp = process_dt(dt, dt_bias, dt_softplus, torch.float32).to(cd)  # the kernels keep dt in fp32
     Af = A.to(cd)
-    for b, s in _rows(slot_idx, x.shape[0], pool.num_slots, pad_slot_id):
+    for b, s in live_rows(slot_idx, x.shape[0], pool.num_slots, pad_slot_id):
         h, positions = pool.window(s)
         pos = positions[:h]
         xw = torch.cat([pool.ring_x[s][:, pos].to(cd).transpose(0, 1), x[b:b + 1].to(cd)])  # [t, H, P]

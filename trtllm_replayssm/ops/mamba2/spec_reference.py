@@ -21,12 +21,8 @@ from __future__ import annotations
 import torch
 
 from trtllm_replayssm.ops.mamba2.reference import mamba2_step, output_epilogue, process_dt
-from trtllm_replayssm.ops.mamba2.replay_reference import _rows, replay_row
-
-
-def _check_window(L: int, T: int):
-    if L < 2 * T:
-        raise ValueError(f"buffer_len={L} must be >= 2T={2 * T} for speculative decoding with T={T}")
+from trtllm_replayssm.ops.mamba2.replay_reference import replay_row
+from trtllm_replayssm.ops.slots import check_spec_window, live_rows
 
 
 def replay_verify_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, dt_softplus=True, slot_idx=None,
@@ -34,15 +30,15 @@ def replay_verify_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
     """Verify T tokens per row (x, z [b, T, H, P]; dt [b, T, H]; B, C [b, T, G, N]) over a Mamba2StatePool.
 
     Writes the T records into the ring, returns y [b, T, H, P], and flushes the committed history of rows with
-    h + 2T > L. The cursor history is not advanced: `commit_reference` does that with the accepted counts.
+    h + 2T > L. The cursor history is not advanced: `ops.slots.commit_reference` does that with the accepted counts.
     """
     T, L = x.shape[1], pool.buffer_len
-    _check_window(L, T)
+    check_spec_window(L, T)
     cd = torch.float64 if pool.checkpoint.dtype == torch.float64 else torch.float32
     hpg = pool.shape.heads_per_group
     y = torch.empty_like(x) if out is None else out
     dtp = process_dt(dt, dt_bias, dt_softplus, torch.float32)
-    for b, s in _rows(slot_idx, x.shape[0], pool.num_slots, pad_slot_id):
+    for b, s in live_rows(slot_idx, x.shape[0], pool.num_slots, pad_slot_id):
         h = pool.window(s)[0]
         pos = pool.window(s, records=h + T)[1]
         if h + T > L:
@@ -67,19 +63,12 @@ def replay_verify_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
     return y
 
 
-def commit_reference(pool, accepted, slot_idx=None, pad_slot_id=-1):
-    """h += accepted[b] for every non-padding row (accepted: int tensor [b], values 1..T)."""
-    for b, s in _rows(slot_idx, accepted.shape[0], pool.num_slots, pad_slot_id):
-        h, _ = pool.window(s)
-        pool.set_cursor(s, h + int(accepted[b]))
-
-
 def snapshot_verify_reference(state, snapshots, x, dt, B, C, A, D=None, z=None, dt_bias=None, dt_softplus=True,
                               slot_idx=None, pad_slot_id=-1):
     """The conventional speculative path: snapshots[slot, i] := state after token i of the window. Returns y."""
     T = x.shape[1]
     y = torch.empty_like(x)
-    for b, s in _rows(slot_idx, x.shape[0], state.shape[0], pad_slot_id):
+    for b, s in live_rows(slot_idx, x.shape[0], state.shape[0], pad_slot_id):
         st = state[s:s + 1]
         for i in range(T):
             yi, st = mamba2_step(st, x[b:b + 1, i], dt[b:b + 1, i], A, B[b:b + 1, i], C[b:b + 1, i], D,
@@ -88,9 +77,3 @@ def snapshot_verify_reference(state, snapshots, x, dt, B, C, A, D=None, z=None, 
             snapshots[s, i] = st[0]
             y[b, i] = yi[0].to(y.dtype)
     return y
-
-
-def snapshot_commit_reference(state, snapshots, accepted, slot_idx=None, pad_slot_id=-1):
-    """state[slot] := snapshots[slot, accepted - 1]."""
-    for b, s in _rows(slot_idx, accepted.shape[0], state.shape[0], pad_slot_id):
-        state[s] = snapshots[s, int(accepted[b]) - 1]
