@@ -4,11 +4,11 @@ against the fp64 sequential recurrence, equality with the snapshot path, and a d
 import pytest
 import torch
 
-from mamba2_cases import layer_params, rel_err
+from mamba2_cases import layer_params
+from spec_harness import run_spec
 from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2.reference import mamba2_step
 from trtllm_replayssm.ops.mamba2.spec_reference import replay_verify_reference, snapshot_verify_reference
-from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit_reference
 from trtllm_replayssm.pool import Mamba2StatePool
 
 SHAPE = Mamba2LayerShape(nheads=4, head_dim=64, dstate=64, ngroups=2)
@@ -20,43 +20,22 @@ def window_inputs(batch, T):
             torch.randn(batch, T, G, N), torch.randn(batch, T, H, P))
 
 
-def run(T, L, steps, wrong_commit=False, check=True):
-    """Drives verify/commit with random accepted counts; returns the worst output error against fp64."""
-    slots_n, batch = 6, 4
-    pool = Mamba2StatePool(SHAPE, slots_n, ReplayConfig(L, torch.float32, torch.float32))
+def run(T, L, steps, **kw):
+    pool = Mamba2StatePool(SHAPE, 6, ReplayConfig(L, torch.float32, torch.float32))
     pool.checkpoint.normal_()
     A, D, dt_bias = layer_params(SHAPE, "cpu")
-    truth = pool.checkpoint.double().clone()
-    snap_state = pool.checkpoint.clone()
-    snapshots = torch.zeros(slots_n, T, *snap_state.shape[1:])
-    worst = 0.0
-    for step in range(steps):
-        slots = torch.randperm(slots_n)[:batch].to(torch.int32)
-        slots[step % batch] = -1  # a padding row, at a different row each step
-        x, dt, B, C, z = window_inputs(batch, T)
-        y = replay_verify_reference(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
-        y_snap = snapshot_verify_reference(snap_state, snapshots, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias,
-                                           slot_idx=slots)
-        accepted = torch.randint(1, T + 1, (batch,))
-        for b, s in enumerate(slots.tolist()):
-            if s < 0:
-                continue
-            st = truth[s:s + 1]
-            for i in range(T):
-                yi, st = mamba2_step(st, x[b:b + 1, i].double(), dt[b:b + 1, i].double(), A.double(),
-                                     B[b:b + 1, i].double(), C[b:b + 1, i].double(), D.double(),
-                                     z[b:b + 1, i].double(), dt_bias.double())
-                worst = max(worst, rel_err(y[b, i], yi[0]))
-                if check:
-                    assert rel_err(y[b, i], y_snap[b, i]) < 2e-5, "replay and snapshot paths disagree"
-                if i == int(accepted[b]) - 1:
-                    truth[s] = st[0]
-        wrong = accepted.clone()
-        if wrong_commit:
-            wrong = torch.where(accepted < T, accepted + 1, accepted)  # off by one where it can be
-        commit_reference(pool, wrong, slot_idx=slots)
-        snapshot_commit_reference(snap_state, snapshots, accepted, slot_idx=slots)
-    return worst
+
+    def verify(pool, x, dt, B, C, z, slot_idx):
+        return replay_verify_reference(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slot_idx)
+
+    def snapshot(state, snaps, x, dt, B, C, z, slot_idx):
+        return snapshot_verify_reference(state, snaps, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slot_idx)
+
+    def truth(st, row):
+        x, dt, B, C, z = row
+        return mamba2_step(st, x, dt, A.double(), B, C, D.double(), z, dt_bias.double())
+
+    return run_spec(pool, T, steps, lambda b: window_inputs(b, T), verify, snapshot, truth, tol=2e-5, batch=4, **kw)
 
 
 @pytest.mark.parametrize("T, L", [(2, 4), (2, 7), (4, 8), (4, 20), (8, 16), (8, 24)])
@@ -72,7 +51,7 @@ def test_off_by_one_commit_is_caught():
 
 def test_ring_must_hold_two_windows():
     pool = Mamba2StatePool(SHAPE, 2, ReplayConfig(7, torch.float32, torch.float32))
-    A, D, dt_bias = layer_params(SHAPE, "cpu")
+    A, _, _ = layer_params(SHAPE, "cpu")
     x, dt, B, C, z = window_inputs(2, 4)
     with pytest.raises(ValueError, match="buffer_len=7 must be >= 2T=8"):
         replay_verify_reference(pool, x, dt, B, C, A)
