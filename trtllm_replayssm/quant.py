@@ -1,0 +1,108 @@
+"""State precisions, in PyTorch: the low-precision formats of read copies and checkpoints, and the
+stochastic rounding applied when a flush stores a non-fp32 checkpoint. The specification of the kernels'
+quantisers (a later issue adds them to the flush and the non-flush readout).
+
+Formats (x: [..., n], quantised along the last dimension):
+    fp8 e4m3, per-row scale  : s = amax(|row|) / 448 ;  q = e4m3(x / s)
+    nvfp4                    : tensor scale t = amax(|x|) / (448 * 6) ; per block of 16 a scale
+                               b = e4m3(amax(|block|) / 6 / t) ; q = e2m1(x / (b t)), e2m1 values
+                               {0, 0.5, 1, 1.5, 2, 3, 4, 6} with sign; two codes per byte (low nibble first)
+Stochastic rounding to bf16 / fp16 / fp8 e4m3: round up with probability (x - lo) / (hi - lo) between the two
+neighbouring representable values, from a counter-based generator keyed on (seed, slot, step, element):
+reproducible for a fixed key, unbiased in expectation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+E4M3_MAX = 448.0
+E2M1_MAX = 6.0
+NVFP4_BLOCK = 16
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float8_e4m3fn: torch.int8}
+
+
+def quantize_fp8_rows(x: torch.Tensor):
+    """(codes float8_e4m3fn [..., n], scale fp32 [...]) with one scale per row."""
+    x = x.float()
+    scale = (x.abs().amax(-1) / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+    return (x / scale[..., None]).to(torch.float8_e4m3fn), scale
+
+
+def dequantize_fp8_rows(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return codes.float() * scale[..., None]
+
+
+def _e2m1_code(v: torch.Tensor) -> torch.Tensor:
+    """Nearest e2m1 code (sign bit 3, magnitude index 0..7) of values already scaled into [-6, 6]; ties go to
+    the even magnitude index, as round-to-nearest-even does."""
+    mag = v.abs().clamp(max=E2M1_MAX)
+    d = (mag[..., None] - E2M1_VALUES.to(v.device)).abs()
+    best = d.min(-1, keepdim=True).values
+    tie_even = torch.where(d == best, torch.arange(8, device=v.device) % 2, 2)  # prefer even index on ties
+    idx = tie_even.argmin(-1)
+    return (idx | ((v < 0).to(idx.dtype) << 3)).to(torch.uint8)
+
+
+def quantize_nvfp4(x: torch.Tensor):
+    """(packed codes uint8 [..., n/2], block scales float8_e4m3fn [..., n/16], tensor scale fp32 scalar)."""
+    x = x.float()
+    n = x.shape[-1]
+    if n % NVFP4_BLOCK:
+        raise ValueError(f"nvfp4 needs the last dimension to be a multiple of {NVFP4_BLOCK}, got {n}")
+    t = (x.abs().amax() / (E4M3_MAX * E2M1_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
+    blocks = x.reshape(*x.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK)
+    bscale = (blocks.abs().amax(-1) / E2M1_MAX / t).to(torch.float8_e4m3fn)
+    denom = (bscale.float() * t)[..., None]
+    scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), torch.zeros_like(blocks))
+    codes = _e2m1_code(scaled).reshape(*x.shape[:-1], n)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed, bscale, t
+
+
+def dequantize_nvfp4(packed: torch.Tensor, bscale: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+    vals = E2M1_VALUES.to(packed.device)[(codes & 7).long()] * torch.where(codes >= 8, -1.0, 1.0)
+    n = vals.shape[-1]
+    blocks = vals.reshape(*vals.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK) * (bscale.float() * t)[..., None]
+    return blocks.reshape(*vals.shape)
+
+
+def counter_uniform(seed: int, slot: int, step: int, numel: int, device="cpu") -> torch.Tensor:
+    """Uniform [0, 1) floats for elements 0..numel-1 of (seed, slot, step): a stateless integer hash
+    (64-bit mix of the key and the element index), so any element's draw can be recomputed alone."""
+    M = (1 << 64) - 1
+    key = (seed * 0x9E3779B97F4A7C15 + slot * 0xBF58476D1CE4E5B9 + step * 0x94D049BB133111EB) & M
+    key = key - (1 << 64) if key >= (1 << 63) else key  # as a signed 64-bit value
+    z = torch.arange(numel, dtype=torch.int64, device=device) * -7046029254386353131 + key  # 0x9E37... odd
+    for shift, mult in ((30, -4658895280553007687), (27, -7723592293110705685)):  # splitmix64 finaliser
+        z = (z ^ _srl(z, shift)) * mult
+    z = z ^ _srl(z, 31)
+    return _srl(z, 40).double().div(float(1 << 24)).float()  # top 24 bits
+
+
+def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 values."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def stochastic_round(x: torch.Tensor, dtype: torch.dtype, seed: int, slot: int, step: int) -> torch.Tensor:
+    """x (fp32) rounded to `dtype` (bf16, fp16 or fp8 e4m3) up or down at random, unbiased; deterministic
+    for a fixed (seed, slot, step). Values beyond the format's range saturate to its largest finite value."""
+    if dtype not in _BITS:
+        raise ValueError(f"stochastic rounding to {dtype} is not supported (bf16, fp16, fp8 e4m3)")
+    x = x.float()
+    big = torch.finfo(dtype).max
+    x = x.clamp(-big, big)
+    r = x.to(dtype)  # nearest; the other neighbour is one unit in the last place from r towards x
+    rf = r.float()
+    bits = r.view(_BITS[dtype]).to(torch.int32)  # sign-magnitude: +1 moves away from zero, -1 towards it
+    towards = torch.where(x.abs() > rf.abs(), bits + 1, bits - 1)
+    other = torch.where(rf == x, r, towards.to(_BITS[dtype]).view(dtype))  # exact values have no other
+    of = other.float()
+    lo, hi = torch.minimum(rf, of), torch.maximum(rf, of)
+    span = hi - lo
+    p_up = torch.where(span > 0, (x - lo) / torch.where(span > 0, span, 1.0), torch.zeros_like(x))
+    u = counter_uniform(seed, slot, step, x.numel(), x.device).reshape(x.shape)
+    return torch.where(u < p_up, hi, lo).to(dtype)
