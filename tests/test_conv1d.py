@@ -1,0 +1,39 @@
+"""Causal conv1d: speculative verify + commit against the sequential conv over the accepted tokens."""
+
+import pytest
+import torch
+
+from mamba2_cases import rel_err
+from trtllm_replayssm.ops.conv1d import conv1d_commit_reference, conv1d_step, conv1d_verify_reference
+
+
+@pytest.mark.parametrize("k, T", [(4, 1), (4, 4), (2, 3), (4, 8)])
+def test_speculative_conv_matches_sequential_over_40_steps(k, T):
+    C, slots_n, batch = 32, 5, 3
+    weight, bias = torch.randn(C, k), torch.randn(C)
+    windows = torch.zeros(slots_n, C, k - 1 + T)
+    windows[:, :, :k - 1] = torch.randn(slots_n, C, k - 1)
+    truth = windows[:, :, :k - 1].clone()
+    for step in range(40):
+        slots = torch.randperm(slots_n)[:batch].to(torch.int32)
+        slots[step % batch] = -1
+        x = torch.randn(batch, T, C)
+        out = conv1d_verify_reference(windows, x, weight, bias, slot_idx=slots, out=torch.full_like(x, float("nan")))
+        assert torch.isnan(out[slots < 0]).all(), "padding row written"
+        accepted = torch.randint(1, T + 1, (batch,))
+        for b, s in enumerate(slots.tolist()):
+            if s < 0:
+                continue
+            st = truth[s:s + 1]
+            for i in range(T):
+                yi, st = conv1d_step(st, x[b:b + 1, i], weight, bias)
+                assert rel_err(out[b, i], yi[0]) < 1e-6, f"step {step} token {i}"
+                if i == int(accepted[b]) - 1:
+                    truth[s] = st[0]
+        conv1d_commit_reference(windows, accepted, k, slot_idx=slots)
+        assert torch.equal(windows[:, :, :k - 1], truth), "committed history differs from the sequential state"
+
+
+def test_window_size_is_checked():
+    with pytest.raises(ValueError, match="expected k-1\\+T = 7"):
+        conv1d_verify_reference(torch.zeros(2, 8, 6), torch.randn(1, 4, 8), torch.randn(8, 4))
