@@ -68,14 +68,6 @@ __device__ __forceinline__ float group_sum(float v) {
 // softplus(v) for v <= 20, identity above, as every Mamba-2 reference kernel computes processed dt.
 __device__ __forceinline__ float softplus_thresholded(float v) { return v <= 20.f ? log1pf(expf(v)) : v; }
 
-// Asynchronous 16-byte global -> shared copy (sm_80+), bypassing L1; completes at cp_async_wait_all.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 __device__ __forceinline__ float silu_gate(float z) { return z / (1.f + expf(-z)); }
 
 }  // namespace replayssm

@@ -51,7 +51,7 @@ __host__ __device__ constexpr int max_tile_rows(int dstate, int state_bytes, boo
 // (one cursor replica per tile). The largest such tile wins once there are two items per SM; small batches
 // take smaller tiles so that every SM has loads in flight.
 // Worked examples (132 SMs, fp32): Super (H=128, P=64, N=128) batch 256 -> 64 rows (one 32 KiB tile per
-// head); batch 1 -> 64 rows too (128 items); head_dim 80, dstate 128 -> 40 rows (80 would be 40 KiB).
+// head); batch 1 -> 32 rows (256 items); head_dim 80, dstate 128 -> 40 rows (80 would be 40 KiB).
 inline int tile_rows(int head_dim, int dstate, int state_bytes, bool replay, int batch, int nheads, int sms) {
   const int cap = max_tile_rows(dstate, state_bytes, replay);
   int chosen = 0;
