@@ -19,6 +19,9 @@ MAMBA2_DSTATES = (64, 128, 256)
 MAMBA2_STATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAMBA2_ACT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GDN_HEAD_DIMS = (64, 128, 256)
+# Read-copy formats and their bits per state element (nvfp4: 4-bit values plus an 8-bit scale per 16).
+READ_FORMATS = ("none", "fp16", "bf16", "fp8", "nvfp4")
+READ_FORMAT_BITS = {"fp16": 16, "bf16": 16, "fp8": 8, "nvfp4": 4.5}
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16
@@ -105,11 +108,14 @@ class GdnLayerShape:
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """ReplaySSM settings of a layer: ring length L and the dtypes of the checkpoint and of the activations."""
+    """ReplaySSM settings of a layer: ring length L, the dtypes of the checkpoint (the recurrence) and of the
+    activations, and the format of the optional read copy (written at flush, read by the output-only route,
+    never fed back into the recurrence): one of READ_FORMATS."""
 
     buffer_len: int = DEFAULT_BUFFER_LEN
     state_dtype: torch.dtype = torch.float32
     act_dtype: torch.dtype = torch.bfloat16
+    read_format: str = "none"
 
     def __post_init__(self):
         object.__setattr__(self, "state_dtype", parse_dtype(self.state_dtype))
@@ -125,3 +131,9 @@ class ReplayConfig:
         if self.act_dtype not in MAMBA2_ACT_DTYPES:
             raise ValueError(f"act_dtype={dtype_name(self.act_dtype)} is not supported "
                              f"(supported: {_names(MAMBA2_ACT_DTYPES)})")
+        if self.read_format not in READ_FORMATS:
+            raise ValueError(f"read_format={self.read_format!r} is not supported (supported: {', '.join(READ_FORMATS)})")
+        state_bits = torch.empty((), dtype=self.state_dtype).element_size() * 8
+        if self.read_format != "none" and READ_FORMAT_BITS[self.read_format] >= state_bits:
+            raise ValueError(f"read_format={self.read_format} is not narrower than state_dtype="
+                             f"{dtype_name(self.state_dtype)}: the copy would cost memory and save no traffic")

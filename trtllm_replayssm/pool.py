@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trtllm_replayssm.quant import dequantize_state, quantize_state
+
 from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, CURSOR_REPLICAS,
                                      GdnLayerShape, Mamba2LayerShape, ReplayConfig, dtype_name)
 
@@ -43,9 +45,25 @@ class BufferSpec:
         return math.prod(self.slot_shape) * torch.empty((), dtype=self.dtype).element_size()
 
 
+def read_copy_specs(state_shape: tuple, fmt: str) -> list[BufferSpec]:
+    """The buffers of a read copy of a state [..., N] (quantised along N): see trtllm_replayssm/quant.py."""
+    *rows, N = state_shape
+    if fmt == "none":
+        return []
+    if fmt in ("fp16", "bf16"):
+        return [BufferSpec("read_state", tuple(state_shape), torch.float16 if fmt == "fp16" else torch.bfloat16,
+                           "read copy of the checkpoint")]
+    if fmt == "fp8":
+        return [BufferSpec("read_state", tuple(state_shape), torch.float8_e4m3fn, "read copy, fp8 e4m3"),
+                BufferSpec("read_scale", tuple(rows), torch.float32, "read copy, one scale per state row")]
+    return [BufferSpec("read_state", (*rows, N // 2), torch.uint8, "read copy, e2m1 codes (2 per byte)"),
+            BufferSpec("read_scale", (*rows, N // 16), torch.float8_e4m3fn, "read copy, e4m3 scale per 16"),
+            BufferSpec("read_tensor_scale", (1,), torch.float32, "read copy, fp32 scale of the slot's state")]
+
+
 def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[BufferSpec]:
     H, P, N, G, L = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups, cfg.buffer_len
-    return [
+    return read_copy_specs((H, P, N), cfg.read_format) + [
         BufferSpec("checkpoint", (H, P, N), cfg.state_dtype, "state at the last flush"),
         BufferSpec("ring_x", (H, L, P), cfg.act_dtype, "x of the tokens since the checkpoint"),
         BufferSpec("ring_B", (G, L, N), cfg.act_dtype, "B of the tokens since the checkpoint"),
@@ -138,7 +156,22 @@ class StatePool:
             if tuple(state.shape) != want:
                 raise ValueError(f"state has shape {tuple(state.shape)}, expected {want}")
             self.checkpoint[slot].copy_(state)
+        self.write_read_copy(slot, self.checkpoint[slot] if state is None else state)
         self.cursor[slot].zero_()
+
+    def write_read_copy(self, slot: int, state: torch.Tensor) -> None:
+        """Refreshes the slot's read copy (if the config has one) from a high-precision state."""
+        fmt = self.cfg.read_format
+        if fmt != "none":
+            for name, part in quantize_state(state.float(), fmt).items():
+                self.buffers[name][slot].copy_(part)
+
+    def read_state(self, slot: int) -> torch.Tensor:
+        """The state the output-only route reads: the read copy (dequantised) if any, else the checkpoint."""
+        fmt = self.cfg.read_format
+        if fmt == "none":
+            return self.checkpoint[slot]
+        return dequantize_state({n: t[slot] for n, t in self.buffers.items() if n.startswith("read_")}, fmt)
 
     def history(self) -> torch.Tensor:
         """Records in each slot's ring since its checkpoint (a host copy; synchronises)."""
@@ -161,6 +194,7 @@ class StatePool:
         h, positions = self.window(slot)
         if new_checkpoint is not None:
             self.checkpoint[slot] = new_checkpoint.to(self.checkpoint.dtype)
+            self.write_read_copy(slot, new_checkpoint)
             self.set_cursor(slot, 0)
             return
         for name, value in records.items():

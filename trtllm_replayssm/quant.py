@@ -106,3 +106,27 @@ def stochastic_round(x: torch.Tensor, dtype: torch.dtype, seed: int, slot: int, 
     p_up = torch.where(span > 0, (x - lo) / torch.where(span > 0, span, 1.0), torch.zeros_like(x))
     u = counter_uniform(seed, slot, step, x.numel(), x.device).reshape(x.shape)
     return torch.where(u < p_up, hi, lo).to(dtype)
+
+
+def quantize_state(x: torch.Tensor, fmt: str) -> dict:
+    """A state [..., N] (fp32) in a read-copy format, as named parts: {'read_state', and scales}."""
+    if fmt in ("fp16", "bf16"):
+        return {"read_state": x.to(torch.float16 if fmt == "fp16" else torch.bfloat16)}
+    if fmt == "fp8":
+        codes, scale = quantize_fp8_rows(x)
+        return {"read_state": codes, "read_scale": scale}
+    if fmt == "nvfp4":
+        packed, bscale, t = quantize_nvfp4(x)
+        return {"read_state": packed, "read_scale": bscale, "read_tensor_scale": t.reshape(1)}
+    raise ValueError(f"unknown read format {fmt!r}")
+
+
+def dequantize_state(parts: dict, fmt: str) -> torch.Tensor:
+    """The fp32 values of a read copy made by quantize_state."""
+    if fmt in ("fp16", "bf16"):
+        return parts["read_state"].float()
+    if fmt == "fp8":
+        return dequantize_fp8_rows(parts["read_state"], parts["read_scale"])
+    if fmt == "nvfp4":
+        return dequantize_nvfp4(parts["read_state"], parts["read_scale"], parts["read_tensor_scale"][0])
+    raise ValueError(f"unknown read format {fmt!r}")

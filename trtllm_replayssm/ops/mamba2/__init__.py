@@ -111,6 +111,9 @@ def replay_decode(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
     y = torch.empty_like(x) if out is None else out
     if x.device.type != "cuda":
         return replay_decode_reference(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y)
+    if pool.cfg.read_format != "none":
+        raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
+                                  "only so far (CPU tensors); the kernels do not read them yet")
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, dt_softplus,
                             slot_idx, pad_slot_id, y, pool.ring_x, pool.ring_B, pool.ring_dt, pool.cursor,
                             pool.buffer_len)

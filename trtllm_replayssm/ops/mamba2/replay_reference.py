@@ -72,7 +72,9 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
         Bw = Bg.repeat_interleave(hpg, dim=1)
         Ch = C[b].to(cd).repeat_interleave(hpg, dim=0)
         flush = h == L - 1
-        yb, S = replay_row(pool.checkpoint[s].to(cd), xw, dtw, Bw, Ch, Af, flush)
+        # The recurrence (flush) reads the checkpoint; the output-only route reads the read copy if any.
+        S0 = pool.checkpoint[s] if flush else pool.read_state(s)
+        yb, S = replay_row(S0.to(cd), xw, dtw, Bw, Ch, Af, flush)
         yb = output_epilogue(yb, x[b].to(cd), D, None if z is None else z[b], cd)
         y[b] = yb.to(y.dtype)
         pool.commit_step(s, S, ring_x=x[b], ring_B=B[b], ring_dt=dtp[b].float())

@@ -51,14 +51,16 @@ def replay_verify_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
         dtw = pool.ring_dt[s][:, pos].to(cd).transpose(0, 1)  # [h+T, H]
         Bw = pool.ring_B[s][:, pos].to(cd).transpose(0, 1).repeat_interleave(hpg, dim=1)  # [h+T, H, N]
         S0 = pool.checkpoint[s].to(cd)
+        S0_read = pool.read_state(s).to(cd)  # outputs read the read copy (if any), the fold the checkpoint
         for i in range(T):
             Ch = C[b, i].to(cd).repeat_interleave(hpg, dim=0)
-            yi, _ = replay_row(S0, xw[:h + i + 1], dtw[:h + i + 1], Bw[:h + i + 1], Ch, A.to(cd), flush=False)
+            yi, _ = replay_row(S0_read, xw[:h + i + 1], dtw[:h + i + 1], Bw[:h + i + 1], Ch, A.to(cd), flush=False)
             y[b, i] = output_epilogue(yi, x[b, i].to(cd), D, None if z is None else z[b, i], cd).to(y.dtype)
         if h + 2 * T > L:
             if h:
                 _, S = replay_row(S0, xw[:h], dtw[:h], Bw[:h], Bw[0], A.to(cd), flush=True)
                 pool.checkpoint[s] = S.to(pool.checkpoint.dtype)
+                pool.write_read_copy(s, S)
             pool.set_cursor(s, 0, origin=pos[h])
     return y
 
