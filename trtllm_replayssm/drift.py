@@ -37,8 +37,11 @@ def run_drift(steps: int, shape: Mamba2LayerShape, batch: int = 2, buffer_len: i
     def rnd(*size):
         return torch.randn(*size, generator=g).to(device)
 
-    A = -torch.exp(torch.rand(H, generator=g) * math.log(16.0)).to(device)
-    D, dt_bias = rnd(H), (torch.rand(H, generator=g) * 3 - 4).to(device)
+    # Mamba-2's initialisation: A in [-16, -1], dt log-uniform in [1e-3, 1e-1] through dt_bias = softplus^-1(dt);
+    # the slowest heads then remember ~1000 steps, where a quantised recurrence has time to compound.
+    A = -(1 + 15 * torch.rand(H, generator=g)).to(device)
+    dt0 = torch.exp(math.log(1e-3) + torch.rand(H, generator=g) * math.log(100.0))
+    D, dt_bias = rnd(H), (dt0 + torch.log(-torch.expm1(-dt0))).to(device)
     S_init = rnd(batch, H, P, N)
     ref_state = S_init.clone()
     runs = {}
