@@ -63,3 +63,27 @@ def test_drift_short_run_orders_the_configurations():
     mean = {k: sum(v[-40:]) / 40 for k, v in errors.items()}
     assert mean["replay fp32"] < 1e-5
     assert mean["replay fp32 + nvfp4 reads"] < mean["shared nvfp4 checkpoint"]
+
+
+def test_gdn_checkpoint_identical_whatever_the_read_copy():
+    """GDN: the corrected update u reads the checkpoint (it feeds the recurrence); only y = S q reads the copy."""
+    from test_gdn_reference import step_inputs as gdn_inputs
+    from trtllm_replayssm.config import GdnLayerShape
+    from trtllm_replayssm.ops.gdn.replay_reference import gdn_replay_decode_reference
+    from trtllm_replayssm.pool import GdnStatePool
+
+    shape = GdnLayerShape(2, 4, 64, 64)
+    S_init = torch.randn(2, 4, 64, 64) * 0.5
+    pools = {f: GdnStatePool(shape, 2, ReplayConfig(4, "fp32", "fp32", f)) for f in FORMATS}
+    for p in pools.values():
+        for s in range(2):
+            p.reset_slot(s, S_init[s])
+    ys = {f: [] for f in FORMATS}
+    for _ in range(11):
+        q, k, v, g, beta = gdn_inputs(shape, 2)
+        for f, p in pools.items():
+            ys[f].append(gdn_replay_decode_reference(p, q, k, v, g, beta))
+    for f in FORMATS[1:]:
+        assert torch.equal(pools[f].checkpoint, pools["none"].checkpoint), f
+        assert torch.equal(pools[f].ring_u, pools["none"].ring_u), f
+        assert 0 < max(rel_err(a, b) for a, b in zip(ys[f], ys["none"])) < 0.2, f

@@ -77,7 +77,7 @@ def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[Buff
 def gdn_buffer_specs(shape: GdnLayerShape, cfg: ReplayConfig) -> list[BufferSpec]:
     H, HV, K, V, L = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim, cfg.buffer_len
     g_shape = (HV, L, K) if shape.per_channel_decay else (HV, (L + 3) // 4 * 4)
-    return [
+    return read_copy_specs((HV, V, K), cfg.read_format) + [
         BufferSpec("checkpoint", (HV, V, K), cfg.state_dtype, "state at the last flush"),
         BufferSpec("ring_u", (HV, L, V), cfg.act_dtype, "corrected updates u since the checkpoint"),
         BufferSpec("ring_k", (H, L, K), cfg.act_dtype, "keys since the checkpoint"),

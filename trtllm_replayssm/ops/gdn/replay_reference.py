@@ -12,6 +12,8 @@ token as record h (suffix sums D_j = sum_{i=j+1..h} g_i, per key channel for KDA
         append (u, k, g) at ring position h
     flush (h = L-1): build S', then u = beta (v - S'k), S = S' + u kᵀ, y = S q, store S, history := 0
 At L=1 the flush route performs the conventional step's operations in the same order (bit-exact anchor).
+With a read copy (ReplayConfig.read_format), only the output read S0 (e^E ⊙ q) uses it: S0 (e^E ⊙ k) feeds the
+correction u, which enters the recurrence, so it reads the checkpoint.
 Rounding points as in the kernels: checkpoint in its dtype, u, k and y in the activation dtype, g in fp32.
 """
 
@@ -23,8 +25,9 @@ from trtllm_replayssm.ops.gdn.reference import decay_state, expand_heads, gdn_st
 from trtllm_replayssm.ops.slots import live_rows
 
 
-def replay_row(S0, kw, uw, gw, q, k, v, g, beta, flush):
-    """One row in compute precision.
+def replay_row(S0, kw, uw, gw, q, k, v, g, beta, flush, S0_read=None):
+    """One row in compute precision (S0_read: the read copy the output-only route's S q reads; the checkpoint
+    when None).
 
     S0 [HV, V, K]; window records kw [h, HV, K] (key heads expanded), uw [h, HV, V], gw [h, HV] or [h, HV, K];
     current q, k [HV, K], v [HV, V], g [HV] or [HV, K], beta [HV].
@@ -47,7 +50,7 @@ def replay_row(S0, kw, uw, gw, q, k, v, g, beta, flush):
         return (S * q[:, None, :]).sum(-1), u, S
     eE = torch.exp(E)[..., None] if not per_channel else torch.exp(E)
     Sk = (S0 * (eE * k)[:, None, :]).sum(-1)
-    Sq = (S0 * (eE * q)[:, None, :]).sum(-1)
+    Sq = ((S0 if S0_read is None else S0_read) * (eE * q)[:, None, :]).sum(-1)
     for j in range(h):
         kd = kw[j] * (torch.exp(suffix[j])[..., None] if not per_channel else torch.exp(suffix[j]))
         Sk = Sk + uw[j] * (kd * k).sum(-1)[:, None]
@@ -82,8 +85,10 @@ def gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_
         kb = expand_heads(k[b].to(pool.ring_k.dtype).to(cd), HV)
         qb = expand_heads(q[b].to(cd), HV)
         flush = h == L - 1
+        # The correction u feeds the recurrence, so it reads the checkpoint; only the output read S q may use
+        # the read copy.
         yb, u, S = replay_row(pool.checkpoint[s].to(cd), kw, uw, gw, qb, kb, v[b].to(cd), g32[b].to(cd),
-                              beta[b].to(cd), flush)
+                              beta[b].to(cd), flush, S0_read=pool.read_state(s).to(cd))
         y[b] = yb.to(y.dtype)
         pool.commit_step(s, S, ring_u=u, ring_k=k[b], ring_g=g32[b])
     return y

@@ -39,6 +39,7 @@ def replay_verify_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_id=-
         h = pool.window(s)[0]
         pos = pool.window(s, records=h + T)[1]
         S0 = pool.checkpoint[s].to(cd)
+        S0_read = pool.read_state(s).to(cd)
         for i in range(T):
             n = h + i  # records before token i: the committed history and the window's tokens 0..i-1
             kw = expand_heads(pool.ring_k[s][:, pos[:n]].to(cd).transpose(0, 1), HV)
@@ -46,7 +47,7 @@ def replay_verify_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_id=-
             gw = pool.ring_g[s][:, pos[:n]].to(cd).transpose(0, 1)
             kb = expand_heads(k[b, i].to(pool.ring_k.dtype).to(cd), HV)
             yi, u, _ = replay_row(S0, kw, uw, gw, expand_heads(q[b, i].to(cd), HV), kb, v[b, i].to(cd),
-                                  g[b, i].to(torch.float32).to(cd), beta[b, i].to(cd), flush=False)
+                                  g[b, i].to(torch.float32).to(cd), beta[b, i].to(cd), flush=False, S0_read=S0_read)
             y[b, i] = yi.to(y.dtype)
             pool.ring_u[s][:, pos[n]] = u.to(pool.ring_u.dtype)
             pool.ring_k[s][:, pos[n]] = k[b, i].to(pool.ring_k.dtype)
@@ -57,6 +58,7 @@ def replay_verify_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_id=-
                 S = fold_records(S0, kw, pool.ring_u[s][:, pos[:h]].to(cd).transpose(0, 1),
                                  pool.ring_g[s][:, pos[:h]].to(cd).transpose(0, 1))
                 pool.checkpoint[s] = S.to(pool.checkpoint.dtype)
+                pool.write_read_copy(s, S)
             pool.set_cursor(s, 0, origin=pos[h])
     return y
 

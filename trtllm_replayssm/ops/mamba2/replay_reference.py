@@ -9,6 +9,8 @@ record h (t = h + 1 records; ring position of record j = (origin + j) mod L):
     suffix_j = sum_{i>j} dt_i,   w_j = dt_j exp(A suffix_j),   abar = exp(A sum_i dt_i)
     non-flush (h < L-1): y = abar (S0 C) + sum_j w_j (B_j·C) x_j ; append (x, B, dt) at position h; h += 1
     flush     (h = L-1): S = abar S0 + sum_j (w_j x_j) B_jᵀ ; store S ; y = S C ; h := 0
+With a read copy (ReplayConfig.read_format) the output-only route reads S0 from it; the flush reads the
+checkpoint and rewrites the copy from the new fp32 state.
 """
 
 from __future__ import annotations
