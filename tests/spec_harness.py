@@ -9,6 +9,21 @@ from mamba2_cases import rel_err
 from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit_reference
 
 
+def advance_truth(truth, slots, accepted, T, step, on_output):
+    """For every live row: run the sequential truth over the window's T tokens from the slot's committed state
+    (step(state, row, token) -> (y, state)), report each output (on_output(row, token, y)), and keep the state
+    after the accepted tokens as the slot's new committed state."""
+    for b, s in enumerate(slots.tolist()):
+        if s < 0:
+            continue
+        st = truth[s:s + 1]
+        for i in range(T):
+            yi, st = step(st, b, i)
+            on_output(b, i, yi[0])
+            if i == int(accepted[b]) - 1:
+                truth[s] = st[0]
+
+
 def run_spec(pool, T, steps, make_inputs, verify, snapshot_verify, truth_step, tol, batch=3, wrong_commit=False,
              check=True):
     """make_inputs(batch) -> tuple of [batch, T, ...] tensors; verify(pool, *inputs, slot_idx=) -> y;
@@ -18,7 +33,13 @@ def run_spec(pool, T, steps, make_inputs, verify, snapshot_verify, truth_step, t
     truth = pool.checkpoint.double().clone()
     snap_state = pool.checkpoint.clone()
     snapshots = torch.zeros(slots_n, T, *snap_state.shape[1:])
-    worst = 0.0
+    worst = [0.0]
+
+    def check_output(b, i, y_true):
+        worst[0] = max(worst[0], rel_err(y[b, i], y_true))
+        if check:
+            assert rel_err(y[b, i], y_snap[b, i]) < tol, "replay and snapshot paths disagree"
+
     for step in range(steps):
         slots = torch.randperm(slots_n)[:batch].to(torch.int32)
         slots[step % batch] = -1  # a padding row, at a different row each step
@@ -26,18 +47,9 @@ def run_spec(pool, T, steps, make_inputs, verify, snapshot_verify, truth_step, t
         y = verify(pool, *inputs, slot_idx=slots)
         y_snap = snapshot_verify(snap_state, snapshots, *inputs, slot_idx=slots)
         accepted = torch.randint(1, T + 1, (batch,))
-        for b, s in enumerate(slots.tolist()):
-            if s < 0:
-                continue
-            st = truth[s:s + 1]
-            for i in range(T):
-                yi, st = truth_step(st, [t[b:b + 1, i].double() for t in inputs])
-                worst = max(worst, rel_err(y[b, i], yi[0]))
-                if check:
-                    assert rel_err(y[b, i], y_snap[b, i]) < tol, "replay and snapshot paths disagree"
-                if i == int(accepted[b]) - 1:
-                    truth[s] = st[0]
+        advance_truth(truth, slots, accepted, T,
+                      lambda st, b, i: truth_step(st, [t[b:b + 1, i].double() for t in inputs]), check_output)
         commit = torch.where(accepted < T, accepted + 1, accepted) if wrong_commit else accepted
         commit_reference(pool, commit, slot_idx=slots)
         snapshot_commit_reference(snap_state, snapshots, accepted, slot_idx=slots)
-    return worst
+    return worst[0]

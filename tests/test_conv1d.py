@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from mamba2_cases import rel_err
+from spec_harness import advance_truth
 from trtllm_replayssm.ops.conv1d import conv1d_commit_reference, conv1d_step, conv1d_verify_reference
 
 
@@ -21,15 +22,11 @@ def test_speculative_conv_matches_sequential_over_40_steps(k, T):
         out = conv1d_verify_reference(windows, x, weight, bias, slot_idx=slots, out=torch.full_like(x, float("nan")))
         assert torch.isnan(out[slots < 0]).all(), "padding row written"
         accepted = torch.randint(1, T + 1, (batch,))
-        for b, s in enumerate(slots.tolist()):
-            if s < 0:
-                continue
-            st = truth[s:s + 1]
-            for i in range(T):
-                yi, st = conv1d_step(st, x[b:b + 1, i], weight, bias)
-                assert rel_err(out[b, i], yi[0]) < 1e-6, f"step {step} token {i}"
-                if i == int(accepted[b]) - 1:
-                    truth[s] = st[0]
+
+        def close(b, i, y_true):
+            assert rel_err(out[b, i], y_true) < 1e-6, f"step {step} token {i}"
+
+        advance_truth(truth, slots, accepted, T, lambda st, b, i: conv1d_step(st, x[b:b + 1, i], weight, bias), close)
         conv1d_commit_reference(windows, accepted, k, slot_idx=slots)
         assert torch.equal(windows[:, :, :k - 1], truth), "committed history differs from the sequential state"
 
