@@ -4,6 +4,8 @@ Environment:
     RSSM_CUDA_ARCHS      CUDA architectures for CMake (default "90" = Hopper; e.g. "90;100" adds Blackwell)
     RSSM_SKIP_NATIVE=1   install the pure-Python parts only (no nvcc): CPU references, pools, planner
     RSSM_BUILD_JOBS      parallel compile jobs (default: CPU count)
+    RSSM_TENSORRT_INCLUDE_DIR  TensorRT's include/ folder: also builds the TensorRT plugin library
+                         (libreplayssm_trt.so) and its host test, installed beside the kernel library
 """
 
 import os
@@ -39,6 +41,12 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", str(build_dir), "--parallel", jobs], check=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / "libreplayssm.so", target)
+        # The TensorRT plugin library and its host test, when TensorRT's headers were found. They are not Python
+        # extensions: copy them beside the kernel library, and into the source tree for editable installs.
+        for extra in ("libreplayssm_trt.so", "replayssm_trt_host_test"):
+            if (build_dir / extra).exists():
+                for folder in {target.parent, ROOT / "trtllm_replayssm" / "lib"}:
+                    shutil.copy2(build_dir / extra, folder / extra)
 
     def get_outputs(self):
         if os.environ.get("RSSM_SKIP_NATIVE") == "1":

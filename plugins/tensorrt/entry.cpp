@@ -1,0 +1,33 @@
+// The plugin library's entry points: getCreators and setLoggerFinder, as IPluginRegistry::loadLibrary and
+// `trtexec --dynamicPlugins` expect them. The library does not link libnvinfer.
+#include <cstdio>
+
+#include "mamba2_decode_plugin.h"
+
+#define RSSM_TRT_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace replayssm {
+namespace trt {
+
+static nvinfer1::ILoggerFinder* g_logger_finder = nullptr;
+
+void log_error(std::string const& message) noexcept {
+  nvinfer1::ILogger* logger = g_logger_finder ? g_logger_finder->findLogger() : nullptr;
+  if (logger) {
+    logger->log(nvinfer1::ILogger::Severity::kERROR, message.c_str());
+  } else {
+    std::fprintf(stderr, "[trtllm_replayssm] %s\n", message.c_str());
+  }
+}
+
+}  // namespace trt
+}  // namespace replayssm
+
+RSSM_TRT_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) { replayssm::trt::g_logger_finder = finder; }
+
+RSSM_TRT_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) {
+  static replayssm::trt::Mamba2DecodeCreator mamba2_decode;
+  static nvinfer1::IPluginCreatorInterface* const creators[] = {&mamba2_decode};
+  nbCreators = static_cast<int32_t>(sizeof(creators) / sizeof(creators[0]));
+  return creators;
+}
