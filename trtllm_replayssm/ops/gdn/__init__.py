@@ -12,14 +12,10 @@ import torch
 
 from trtllm_replayssm.config import PAD_SLOT_ID, GdnLayerShape, dtype_name
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, prepare_qk
+from trtllm_replayssm.ops.validate import check as _check
 from trtllm_replayssm.ops.gdn.replay_reference import gdn_conventional_decode_reference, gdn_replay_decode_reference
 
 __all__ = ["gdn_conventional_decode", "gdn_replay_decode"]
-
-
-def _check(cond, msg):
-    if not cond:
-        raise ValueError(msg)
 
 
 def _prepare(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out):

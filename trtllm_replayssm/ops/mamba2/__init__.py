@@ -16,15 +16,11 @@ import torch
 from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_STATE_DTYPES, PAD_SLOT_ID, Mamba2LayerShape,
                                      dtype_name)
 from trtllm_replayssm.ops.mamba2 import kernels
+from trtllm_replayssm.ops.validate import check as _check
 from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
                                                           replay_decode_reference)
 
 __all__ = ["conventional_decode", "replay_decode"]
-
-
-def _check(cond, msg):
-    if not cond:
-        raise ValueError(msg)
 
 
 def _check_tensor(name, t, shape, dtype, device, inner_contiguous=True, optional=False):
