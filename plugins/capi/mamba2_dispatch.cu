@@ -91,7 +91,7 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
   for (const Named& r : required)
     if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
-  // Rows of x, z, B and C are copied with 16-byte bulk copies.
+  // Rows of x, z, B and C start on 16 bytes: B and C are read with vector loads.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
   struct Rows {
     const void* ptr;

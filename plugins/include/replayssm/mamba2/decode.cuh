@@ -2,15 +2,16 @@
 // (checkpoint + ring of recent inputs; docs/mamba2.md has the maths). Framework-free; the host launch
 // function sits beside the kernel and is instantiated per dtype in plugins/capi/.
 //
-// Work split, both modes: the step is a list of items, one per (batch row, head, tile of R state rows).
-// A persistent grid of a few blocks per SM walks the list; each block keeps `stages` items in flight: while
-// it computes item k from one shared-memory stage, the copy engine fills the other stages with items k+1..
-// (cp.async.bulk on an mbarrier: the checkpoint tile, the head's ring records of x (R rows), B and dt, the
-// cursor line, and the current token's x, z, B, C). Loads therefore never wait behind arithmetic, and
-// one thread issues a whole item with a handful of instructions.
-// In a stage, 8 threads per state row take N/8 elements each as 16-byte vectors (the 8 lanes of a row read
-// 128 contiguous bytes: conflict-free); y[p] = S[p,:]·C is a partial dot per thread reduced over those 8
-// lanes, then one thread per row finishes it (D, gate, store).
+// Work split, both modes: one block per (batch row, head, tile of TR state rows), TR = warps x RW. Every
+// thread owns 32 checkpoint elements as 16-byte vectors, all loaded into registers at the start of the block
+// and left in flight while the block stages the small inputs (ring records, cursor, current token) in shared
+// memory and computes the decay weights and B_j·C products. The only memory work on the critical path is one
+// streaming read of the tile (plus its store on flush rows), so many blocks per SM keep HBM busy.
+//
+// In a warp, LPR lanes cover one state row (NV vectors each); an access instruction covers RPI = 32 / LPR rows;
+// a thread holds KI such instructions (RW = KI x RPI rows per warp). y[p] = S[p,:]·C starts as one partial dot
+// per (thread, instruction) and is reduce-scattered across the lanes of a row, leaving SHARE lanes per row that
+// split the replayed terms of that row between them before the last two or three shuffles.
 //
 // ReplaySSM, per row of the batch, with h = records in the ring since the checkpoint S0 (cursor history) and
 // the current token as record h (t = h + 1 records in the window; record j sits at ring position
@@ -18,94 +19,78 @@
 //   w_j  = dt_j * exp(A * sum_{i>j} dt_i),   abar = exp(A * sum_i dt_i)
 //   non-flush (h < L-1): y = abar (S0·C) + sum_j w_j (B_j·C) x_j; append (x, B, dt) at ring position h
 //   flush     (h = L-1): S = abar S0 + sum_j (w_j x_j) B_jᵀ; store S; y = S·C; history := 0
-// B_j·C depends on the group only; each item computes the t dot products it needs from shared memory (the
-// ring's B records of a group come from L2 for all but the first of its H/G heads). The whole ring of the
-// head is staged (the unused records cost (L-t)/L of a small read) so that no load waits for the cursor.
+// The conventional step is the flush route with t = 1 (the current token only) and no ring, performing the
+// same operations in the same order: at L = 1 the replay step equals it bit for bit.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "replayssm/common/bulk_copy.cuh"
+#include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/mamba2/params.h"
 
 namespace replayssm {
 namespace mamba2 {
 
-constexpr int kThreadsPerRow = 8;
-constexpr int kBlockThreads = 256;
-constexpr int kRowsPerPass = kBlockThreads / kThreadsPerRow;  // 32
-constexpr int kTileBytes = 32 * 1024;                          // checkpoint bytes per item
 constexpr int kMaxBufferLen = 64;
-constexpr int kMaxStages = 2;
-constexpr int kSmemBudget = 220 * 1024;  // dynamic shared memory one SM gives to this kernel's blocks
+constexpr int kMaxWarps = 8;         // warps per block (256 threads)
+constexpr int kElemsPerThread = 32;  // checkpoint elements each thread holds in registers
 
-// Most rows an item may hold: kTileBytes of state, and at most 64 (replay) or 128 rows.
-__host__ __device__ constexpr int max_tile_rows(int dstate, int state_bytes, bool replay) {
-  return (replay ? 64 : 128) < kTileBytes / (dstate * state_bytes) ? (replay ? 64 : 128)
-                                                                    : kTileBytes / (dstate * state_bytes);
-}
-
-// Rows per item: a divisor of head_dim, a multiple of 8, at most max_tile_rows and at least head_dim / 8
-// (one cursor replica per tile). The largest such tile wins once there are two items per SM; small batches
-// take smaller tiles so that every SM has loads in flight.
-// Worked examples (132 SMs, fp32): Super (H=128, P=64, N=128) batch 256 -> 64 rows (one 32 KiB tile per
-// head); batch 1 -> 32 rows (256 items); head_dim 80, dstate 128 -> 40 rows (80 would be 40 KiB).
-inline int tile_rows(int head_dim, int dstate, int state_bytes, bool replay, int batch, int nheads, int sms) {
-  const int cap = max_tile_rows(dstate, state_bytes, replay);
-  int chosen = 0;
-  for (int tiles = 1; tiles <= RSSM_CURSOR_REPLICAS; ++tiles) {
-    const int rows = head_dim / tiles;
-    if (head_dim % tiles || rows % 8 || rows > cap) continue;
-    chosen = rows;
-    if (static_cast<long long>(batch) * nheads * tiles >= sms) break;
-  }
-  return chosen;
-}
-
-inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
-// Byte offsets of one stage's buffers (all 16-byte aligned), and the launch shape.
-struct Plan {
-  int rows, tiles, items, stages, ring_dt_len;
-  int stage_bytes;
-  int tile, ring_x, ring_B, ring_dt, cursor, x, z, B, C;  // offsets in a stage
+// Thread-to-state mapping for a checkpoint dtype and dstate (see the file comment).
+template <typename StateT, int N>
+struct Tiling {
+  static constexpr int VEC = 16 / sizeof(StateT);            // elements per 16-byte vector
+  static constexpr int VPT = kElemsPerThread / VEC;          // vectors per thread
+  static constexpr int LPR = N / VEC < 32 ? N / VEC : 32;    // lanes per state row
+  static constexpr int NV = N / VEC / LPR;                   // vectors per lane and row
+  static constexpr int RPI = 32 / LPR;                       // rows per access instruction
+  static constexpr int KI = VPT / NV;                        // instructions (row groups) per thread
+  static constexpr int RW = KI * RPI;                        // rows per warp
+  static constexpr int SHARE = LPR / KI;                     // lanes holding one row after the reduce-scatter
+  static_assert(NV >= 1 && N % (VEC * LPR) == 0, "dstate must split into 16-byte vectors");
+  static_assert(KI >= 1 && KI <= LPR && SHARE >= 1, "rows of a thread must reduce-scatter within a row's lanes");
+  static_assert(16 % RW == 0, "rows per warp must divide 16 (every supported head_dim is a multiple of 16)");
 };
 
-inline Plan make_plan(const rssm_mamba2_decode_params& p, int state_bytes, int act_bytes, bool replay, int sms) {
-  Plan pl{};
-  const int N = p.dstate, L = replay ? p.buffer_len : 0;
-  pl.rows = tile_rows(p.head_dim, N, state_bytes, replay, p.batch, p.nheads, sms);
-  pl.tiles = p.head_dim / pl.rows;
-  pl.items = p.batch * p.nheads * pl.tiles;
-  pl.ring_dt_len = round_up(L, 4);
+__host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+// Launch shape: tiles per head (a power of two <= RSSM_CURSOR_REPLICAS) and warps per block. The fewest
+// tiles with at most kMaxWarps warps; small batches split heads further so that every SM gets blocks.
+struct Shape {
+  int tiles, warps, rows;
+};
+
+inline Shape launch_shape(int head_dim, int rows_per_warp, long long batch_heads, int sms) {
+  const int head_warps = head_dim / rows_per_warp;
+  int tiles = 1;
+  while (head_warps / tiles > kMaxWarps || head_warps % tiles) tiles *= 2;
+  while (tiles * 2 <= RSSM_CURSOR_REPLICAS && head_warps % (tiles * 2) == 0 && batch_heads * tiles < 2LL * sms)
+    tiles *= 2;
+  return Shape{tiles, head_warps / tiles, head_dim / tiles};
+}
+
+// Dynamic shared memory of one block, byte offsets (all 16-byte aligned).
+struct SmemPlan {
+  int ring_B, ring_x, ring_dt, x, z, bytes;
+};
+
+inline SmemPlan smem_plan(int L, int N, int rows, int act_bytes) {
+  SmemPlan s{};
   int off = 0;
   auto take = [&](int bytes) {
     const int at = off;
     off += round_up(bytes, 16);
     return at;
   };
-  pl.tile = take(pl.rows * N * state_bytes);
-  pl.ring_x = take(L * pl.rows * act_bytes);
-  pl.ring_B = take(L * N * act_bytes);
-  pl.ring_dt = take(pl.ring_dt_len * 4);
-  pl.cursor = take(replay ? RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS * 4 : 0);
-  pl.x = take(pl.rows * act_bytes);
-  pl.z = take(pl.rows * act_bytes);
-  pl.B = take(N * act_bytes);
-  pl.C = take(N * act_bytes);
-  pl.stage_bytes = round_up(off, 128);
-  pl.stages = 2 * 2 * pl.stage_bytes <= kSmemBudget ? 2 : 1;  // two stages when two blocks per SM fit
-  return pl;
+  s.ring_B = take(L * N * act_bytes);
+  s.ring_x = take(L * rows * act_bytes);
+  s.ring_dt = take(round_up(L, 4) * 4);
+  s.x = take(rows * act_bytes);
+  s.z = take(rows * act_bytes);
+  s.bytes = off;
+  return s;
 }
-
-// Per-item scalars, prepared once by thread 0 for the whole block.
-struct ItemHeader {
-  int slot;  // < 0: padding item, skipped
-  int b, head, tile;
-  float dt, A, D;
-};
 
 // Exclusive suffix sums of a window of up to 64 values held two per lane (record l in v0, record 32 + l in
 // v1; records past the window hold 0 so every sum is exact at t = 1). Returns sum_{i>j} for both records of
@@ -135,376 +120,322 @@ __device__ __forceinline__ int ring_pos(int origin, int j, int L) {
   return pos >= L ? pos - L : pos;
 }
 
-template <typename StateT, typename ActT, int N, bool REPLAY>
-__global__ void __launch_bounds__(kBlockThreads, 2)
-    decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Plan pl) {
-  constexpr int TPR = kThreadsPerRow;
-  constexpr int VEC = 16 / sizeof(StateT);  // state elements per 16-byte access
-  constexpr int NV = N / (TPR * VEC);       // accesses per thread per row
-  static_assert(NV >= 1 && N % (TPR * VEC) == 0, "dstate must split into 16-byte accesses over 8 threads");
-  constexpr int MAXR = max_tile_rows(N, sizeof(StateT), REPLAY);
-  constexpr int PASSES = MAXR / kRowsPerPass > 0 ? MAXR / kRowsPerPass : 1;
+// Streaming 16-byte global accesses of the checkpoint (read once, written at most once per step).
+__device__ __forceinline__ uint4 load_stream(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ void store_stream(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
 
-  extern __shared__ __align__(128) char smem[];
-  __shared__ uint64_t bars[kMaxStages];
-  // Per-item buffers read by the epilogue are double-buffered by item parity, so the next item's phase 1 may
-  // start while the epilogue of this one runs; headers are written `stages` items ahead.
-  __shared__ ItemHeader hdr[2];
-  __shared__ __align__(16) float Bf[2][N];            // current token's B, fp32
-  __shared__ __align__(16) float Cf[N];               // current token's C, fp32
-  __shared__ float xf[2][MAXR], zf[2][MAXR];  // current token's x and z rows, fp32
-  __shared__ float ysum[2][MAXR];         // S·C (+ replayed terms) per row, before the epilogue
-  __shared__ float wts[kMaxBufferLen];    // w_j
-  __shared__ float bc[kMaxBufferLen];     // B_j·C (non-flush)
+template <typename T, int VEC>
+__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[VEC]) {
+  static_assert(VEC * sizeof(T) == 16, "one 16-byte vector");
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = to_float(e[i]);
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ uint4 pack(const float (&in)[VEC]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) e[i] = from_float<T>(in[i]);
+  return raw;
+}
+
+// Reduce-scatter of KI per-lane values over the LPR lanes of a row: afterwards each lane holds one row's sum
+// over LPR / SHARE lanes (which row: scattered_row) and the SHARE lanes of a row hold disjoint partial sums.
+template <int KI, int LPR>
+__device__ __forceinline__ float reduce_scatter(float (&v)[KI]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int half = KI / 2, mask = LPR / 2; half >= 1; half /= 2, mask /= 2) {
+    const bool upper = lane & mask;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? v[i] : v[i + half];
+      const float keep = upper ? v[i + half] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+  return v[0];
+}
+
+// Instruction index (0..KI-1) whose rows reduce_scatter left in this lane.
+template <int KI, int LPR>
+__device__ __forceinline__ int scattered_instr(int lane) {
+  int instr = 0;
+#pragma unroll
+  for (int half = KI / 2, mask = LPR / 2; half >= 1; half /= 2, mask /= 2)
+    if (lane & mask) instr += half;
+  return instr;
+}
+
+template <typename StateT, typename ActT, int N, bool REPLAY>
+__global__ void __launch_bounds__(kMaxWarps * 32, 3)
+    decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Shape shape, const SmemPlan sp) {
+  using Tl = Tiling<StateT, N>;
+  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
+  constexpr int SHARE = Tl::SHARE;
+
+  extern __shared__ __align__(16) char smem[];
+  __shared__ float s_w[kMaxBufferLen];   // w_j of the window
+  __shared__ float s_bc[kMaxBufferLen];  // B_j·C of the window (non-flush)
   __shared__ float s_abar;
 
-  const int H = p.nheads, P = p.head_dim, L = p.buffer_len, R = pl.rows, T = pl.tiles;
-  const int hpg = H / p.ngroups;
-  const int G = gridDim.x;
-  const int rows_per_pass = blockDim.x / TPR;  // min(R, 32)
-  const int r = threadIdx.x / TPR;            // row within a pass
-  const int k = threadIdx.x % TPR;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  const int H = p.nheads, P = p.head_dim, L = REPLAY ? p.buffer_len : 1, T = shape.tiles, TR = shape.rows;
+  const int b = blockIdx.y, head = blockIdx.x / T, tile = blockIdx.x % T;
+  const int row0 = tile * TR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int hpg = H / p.ngroups, group = head / hpg;
 
-  // ---- Thread 0: item bookkeeping and copies.
-  auto item_coords = [&](int item, int& b, int& head, int& tile) {
-    tile = item % T;
-    const int bh = item / T;
-    head = bh % H;
-    b = bh / H;
-  };
-  auto valid_slot = [&](int slot) { return slot != p.pad_slot_id && slot >= 0 && slot < p.num_slots; };
-  // Issues every copy of `item` into `stage` (or a bare arrival for a padding item, so the phase completes).
-  auto issue = [&](int item, int slot, int stage) {
-    uint64_t* bar = &bars[stage];
-    if (!valid_slot(slot)) {
-      mbarrier_arrive(bar);
-      return;
-    }
-    int b, head, tile;
-    item_coords(item, b, head, tile);
-    const int group = head / hpg, row0 = tile * R;
-    const int64_t sh = static_cast<int64_t>(slot) * H + head;
-    char* st = smem + stage * pl.stage_bytes;
-    const int a = sizeof(ActT);
-    uint32_t bytes = R * N * sizeof(StateT) + (R + N + N) * a + (p.z ? R * a : 0);
-    if (REPLAY) bytes += L * R * a + L * N * a + pl.ring_dt_len * 4 + RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS * 4;
-    mbarrier_arrive_expect_tx(bar, bytes);
-    bulk_copy_g2s(st + pl.tile, static_cast<const StateT*>(p.state) + (sh * P + row0) * N, R * N * sizeof(StateT), bar);
-    const ActT* x = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride + row0;
-    bulk_copy_g2s(st + pl.x, x, R * a, bar);
+  const int slot = p.slot_idx ? p.slot_idx[b] : b;
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+  const int64_t sh = static_cast<int64_t>(slot) * H + head;
+
+  // ---- Issue the checkpoint tile loads first: they stay in flight through the staging and phase 1.
+  const int seg = lane / LPR, col_lane = lane % LPR;
+  char* gstate = static_cast<char*>(p.state) + ((sh * P + row0 + warp * RW + seg) * N) * sizeof(StateT);
+  uint4 raw[KI][NV];
+#pragma unroll
+  for (int i = 0; i < KI; ++i)
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+      raw[i][v] = load_stream(gstate + (static_cast<int64_t>(i * RPI) * N + (v * LPR + col_lane) * VEC) * sizeof(StateT));
+
+  // Current token: this lane's columns of B and C, the head's scalars.
+  const ActT* Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
+  const ActT* Cg = static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride;
+  float Bc[NV][VEC], Cc[NV][VEC];
+#pragma unroll
+  for (int v = 0; v < NV; ++v) {
+    load_vec<ActT, VEC>(Bg + (v * LPR + col_lane) * VEC, Bc[v]);
+    load_vec<ActT, VEC>(Cg + (v * LPR + col_lane) * VEC, Cc[v]);
+  }
+  float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
+  dt += p.dt_bias ? p.dt_bias[head] : 0.f;
+  if (p.dt_softplus) dt = softplus_thresholded(dt);
+  const float A = p.A[head];
+
+  int hist = 0, origin = 0;
+  if (REPLAY) {
+    // This block's cursor replica (common/types.h); clamped so that a corrupted cursor never indexes outside
+    // the ring.
+    const int2 cur = *reinterpret_cast<const int2*>(p.cursor + (sh * RSSM_CURSOR_REPLICAS + tile) * RSSM_CURSOR_FIELDS);
+    hist = min(max(cur.x, 0), L - 1);
+    origin = ((cur.y % L) + L) % L;
+  }
+  const bool flush = !REPLAY || hist == L - 1;
+  const int t = hist + 1;
+
+  // ---- Stage the small inputs in shared memory with asynchronous copies (no register round trip, so no
+  // load waits behind another): the current x and z rows of the tile and (replay) the whole ring of the head
+  // (B records of the group, x records of the tile rows, dt), so that no copy waits for the cursor either.
+  // TR * sizeof(ActT) is a multiple of 8 bytes and every row starts on 8 (x, z, ring x) or 16 bytes.
+  ActT* rB_s = reinterpret_cast<ActT*>(smem + sp.ring_B);
+  ActT* rx_s = reinterpret_cast<ActT*>(smem + sp.ring_x);
+  float* rdt_s = reinterpret_cast<float*>(smem + sp.ring_dt);
+  ActT* x_s = reinterpret_cast<ActT*>(smem + sp.x);
+  ActT* z_s = reinterpret_cast<ActT*>(smem + sp.z);
+  {
+    const int chunks = TR * static_cast<int>(sizeof(ActT)) / 8;  // 8-byte chunks per row of the tile
+    const ActT* xg = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride + row0;
+    for (int i = threadIdx.x; i < chunks; i += blockDim.x) cp_async<8>(x_s + i * 8 / sizeof(ActT), xg + i * 8 / sizeof(ActT));
     if (p.z) {
-      const ActT* z = static_cast<const ActT*>(p.z) + b * p.z_batch_stride + head * p.z_head_stride + row0;
-      bulk_copy_g2s(st + pl.z, z, R * a, bar);
+      const ActT* zg = static_cast<const ActT*>(p.z) + b * p.z_batch_stride + head * p.z_head_stride + row0;
+      for (int i = threadIdx.x; i < chunks; i += blockDim.x) cp_async<8>(z_s + i * 8 / sizeof(ActT), zg + i * 8 / sizeof(ActT));
     }
-    bulk_copy_g2s(st + pl.B, static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride, N * a, bar);
-    bulk_copy_g2s(st + pl.C, static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride, N * a, bar);
     if (REPLAY) {
-      const ActT* rx = static_cast<const ActT*>(p.ring_x) + sh * L * P + row0;
-      if (R == P) {
-        bulk_copy_g2s(st + pl.ring_x, rx, L * P * a, bar);
-      } else {
-        for (int pos = 0; pos < L; ++pos) bulk_copy_g2s(st + pl.ring_x + pos * R * a, rx + pos * P, R * a, bar);
-      }
       const int64_t sg = static_cast<int64_t>(slot) * p.ngroups + group;
-      bulk_copy_g2s(st + pl.ring_B, static_cast<const ActT*>(p.ring_B) + sg * L * N, L * N * a, bar);
-      bulk_copy_g2s(st + pl.ring_dt, p.ring_dt + sh * pl.ring_dt_len, pl.ring_dt_len * 4, bar);
-      bulk_copy_g2s(st + pl.cursor, p.cursor + sh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS,
-                    RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS * 4, bar);
+      const char* rBg = reinterpret_cast<const char*>(static_cast<const ActT*>(p.ring_B) + sg * L * N);
+      const int nB = L * N * static_cast<int>(sizeof(ActT)) / 16;
+      for (int i = threadIdx.x; i < nB; i += blockDim.x) cp_async<16>(reinterpret_cast<char*>(rB_s) + i * 16, rBg + i * 16);
+      const ActT* rxg = static_cast<const ActT*>(p.ring_x) + sh * L * P + row0;
+      for (int i = threadIdx.x; i < L * chunks; i += blockDim.x) {
+        const int pos = i / chunks, c = i % chunks;
+        cp_async<8>(reinterpret_cast<char*>(rx_s) + i * 8, reinterpret_cast<const char*>(rxg + pos * P) + c * 8);
+      }
+      const int ldt = round_up(L, 4);
+      for (int i = threadIdx.x; i < ldt / 4; i += blockDim.x) cp_async<16>(rdt_s + i * 4, p.ring_dt + sh * ldt + i * 4);
     }
-  };
-  auto slot_of = [&](int item) {
-    int b, head, tile;
-    item_coords(item, b, head, tile);
-    return p.slot_idx ? p.slot_idx[b] : b;
-  };
-  // Raw per-item scalars, loaded ahead into registers and turned into a header later.
-  struct Scalars {
-    int slot, b, head, tile;
-    float dt, A, D, bias;
-  };
-  auto load_scalars = [&](int item, int slot) {
-    Scalars sc{};
-    item_coords(item, sc.b, sc.head, sc.tile);
-    sc.slot = valid_slot(slot) ? slot : -1;
-    sc.dt = to_float(static_cast<const ActT*>(p.dt)[sc.b * p.dt_batch_stride + sc.head * p.dt_head_stride]);
-    sc.A = p.A[sc.head];
-    sc.D = p.D ? p.D[sc.head] : 0.f;
-    sc.bias = p.dt_bias ? p.dt_bias[sc.head] : 0.f;
-    return sc;
-  };
-  auto write_header = [&](const Scalars& sc, int parity) {
-    float dt = sc.dt + sc.bias;
-    if (p.dt_softplus) dt = softplus_thresholded(dt);
-    hdr[parity] = ItemHeader{sc.slot, sc.b, sc.head, sc.tile, dt, sc.A, sc.D};
-  };
-
-  const int first = blockIdx.x;
-  // The producer (lane 0 of the last warp, which has no epilogue rows) issues copies and writes headers.
-  const bool producer = threadIdx.x == blockDim.x - 32;
-  if (producer) {
-    for (int s = 0; s < pl.stages; ++s) mbarrier_init(&bars[s], 1);
-    mbarrier_init_fence();
-    for (int s = 0; s < pl.stages; ++s) {
-      const int item = first + s * G;
-      if (item >= pl.items) break;
-      const int slot = slot_of(item);
-      issue(item, slot, s);
-      write_header(load_scalars(item, slot), s & 1);
-    }
+    cp_async_wait_all();
   }
   __syncthreads();
 
-  int n = 0;  // items this block has finished
-  for (int item = first; item < pl.items; item += G, ++n) {
-    const int stage = n % pl.stages;
-    const int buf = n & 1;
-    // The producer prefetches, into registers, the slot and scalars of the item that will refill this stage.
-    const int refill = item + pl.stages * G;
-    int refill_slot = -1;
-    Scalars refill_sc{};
-    if (producer && refill < pl.items) {
-      refill_slot = slot_of(refill);
-      refill_sc = load_scalars(refill, refill_slot);
-    }
-
-    mbarrier_wait(&bars[stage], (n / pl.stages) & 1);
-    const ItemHeader h = hdr[buf];
-    const char* st = smem + stage * pl.stage_bytes;
-    const StateT* tile_s = reinterpret_cast<const StateT*>(st + pl.tile);
-    const ActT* x_s = reinterpret_cast<const ActT*>(st + pl.x);
-    const ActT* rx_s = reinterpret_cast<const ActT*>(st + pl.ring_x);
-    const ActT* rB_s = reinterpret_cast<const ActT*>(st + pl.ring_B);
-    const float* rdt_s = reinterpret_cast<const float*>(st + pl.ring_dt);
-    const bool live = h.slot >= 0;
-    const int row0 = h.tile * R;
-    int hist = 0, origin = 0;
-    if (REPLAY && live) {
-      // This item's cursor replica (common/types.h); clamped so that a corrupted cursor never indexes
-      // outside the ring.
-      const int32_t* cur = reinterpret_cast<const int32_t*>(st + pl.cursor) + h.tile * RSSM_CURSOR_FIELDS;
-      hist = min(max(cur[RSSM_CURSOR_HISTORY], 0), L - 1);
-      origin = ((cur[RSSM_CURSOR_ORIGIN] % L) + L) % L;
-    }
-    const bool flush = !REPLAY || hist == L - 1;
-    const int t = hist + 1;
-
-    // ---- Phase 1: fp32 copies of B and C; (replay) decay weights in warp 0, B_j·C in the other warps.
-    if (live) {
-      const ActT* B_s = reinterpret_cast<const ActT*>(st + pl.B);
-      const ActT* C_s = reinterpret_cast<const ActT*>(st + pl.C);
-      for (int i = threadIdx.x; i < N; i += blockDim.x) {
-        Bf[buf][i] = to_float(B_s[i]);
-        Cf[i] = to_float(C_s[i]);
-      }
-      const ActT* z_s = reinterpret_cast<const ActT*>(st + pl.z);
-      for (int rr = threadIdx.x; rr < R; rr += blockDim.x) {
-        xf[buf][rr] = to_float(x_s[rr]);
-        zf[buf][rr] = p.z ? to_float(z_s[rr]) : 0.f;
-      }
-      if (REPLAY) {
-        if (warp == 0) {
-          auto window_dt = [&](int j) -> float {
-            if (j > hist) return 0.f;
-            return j == hist ? h.dt : rdt_s[ring_pos(origin, j, L)];
-          };
-          const float dt0 = window_dt(lane), dt1 = window_dt(lane + 32);
-          float ex0, ex1, total;
-          warp_suffix_sums(dt0, dt1, ex0, ex1, total);
-          wts[lane] = dt0 * expf(h.A * ex0);
-          wts[lane + 32] = dt1 * expf(h.A * ex1);
-          if (lane == 0) s_abar = expf(h.A * total);
-        } else if (!flush) {
-          const ActT* B_cur = reinterpret_cast<const ActT*>(st + pl.B);
-          const ActT* C_cur = reinterpret_cast<const ActT*>(st + pl.C);
-          for (int j = warp - 1; j < t; j += nwarps - 1) {
-            const ActT* Bj = j == hist ? B_cur : rB_s + ring_pos(origin, j, L) * N;
-            float d = 0.f;
+  // ---- Phase 1 (replay): decay weights (warp 0) and, on non-flush rows, B_j·C for the window.
+  auto x_rec = [&](int j, int r) -> float {  // x of window record j for tile row r
+    return j == hist ? to_float(x_s[r]) : to_float(rx_s[ring_pos(origin, j, L) * TR + r]);
+  };
+  auto B_rec = [&](int j, float (&out)[NV][VEC]) {  // this lane's columns of B of window record j
+    if (j == hist) {
 #pragma unroll
-            for (int i = lane; i < N; i += 32) d = fmaf(to_float(Bj[i]), to_float(C_cur[i]), d);
-            d = group_sum<32>(d);
-            if (lane == 0) bc[j] = d;
-          }
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[v][e] = Bc[v][e];
+    } else {
+      const ActT* Bj = rB_s + ring_pos(origin, j, L) * N;
+#pragma unroll
+      for (int v = 0; v < NV; ++v) load_vec<ActT, VEC>(Bj + (v * LPR + col_lane) * VEC, out[v]);
+    }
+  };
+  float abar = 0.f;
+  if (REPLAY) {
+    if (warp == 0) {
+      auto window_dt = [&](int j) -> float {
+        if (j > hist) return 0.f;
+        return j == hist ? dt : rdt_s[ring_pos(origin, j, L)];
+      };
+      const float dt0 = window_dt(lane), dt1 = window_dt(lane + 32);
+      float ex0, ex1, total;
+      warp_suffix_sums(dt0, dt1, ex0, ex1, total);
+      s_w[lane] = dt0 * expf(A * ex0);
+      s_w[lane + 32] = dt1 * expf(A * ex1);
+      if (lane == 0) s_abar = expf(A * total);
+    }
+    if (!flush) {
+      // Segment seg of warp w takes records w * RPI + seg, + nseg, ...; the loop is warp-uniform (shuffles).
+      const int nseg = blockDim.x / 32 * RPI;
+      for (int j0 = warp * RPI; j0 < t; j0 += nseg) {
+        const int j = j0 + seg;
+        float d = 0.f;
+        if (j < t) {
+          float Bj[NV][VEC];
+          B_rec(j, Bj);
+#pragma unroll
+          for (int v = 0; v < NV; ++v)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) d = fmaf(Bj[v][e], Cc[v][e], d);
         }
+        d = group_sum<LPR>(d);
+        if (col_lane == 0 && j < t) s_bc[j] = d;
       }
     }
     __syncthreads();
-
-    // ---- Phase 2: this thread's rows rr = r + rows_per_pass * pass (rows past R compute on zeros; their
-    // warp still takes part in the reductions, and they store nothing).
-    if (live) {
-      const int64_t sh = static_cast<int64_t>(h.slot) * H + h.head;
-      StateT* gstate = static_cast<StateT*>(p.state) + (sh * P + row0) * N;
-      const float abar = REPLAY ? s_abar : 0.f;
-      auto load_row = [&](int rr, float (&row)[NV][VEC]) {
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-          if (rr < R) {
-            load_vec<StateT, VEC>(tile_s + rr * N + (i * TPR + k) * VEC, row[i]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) row[i][e] = 0.f;
-          }
-        }
-      };
-      auto dot_C = [&](const float (&row)[NV][VEC]) {
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: the sum is not one long dependency
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-#pragma unroll
-          for (int e = 0; e < VEC; e += 4) {
-            const float4 c4 = *reinterpret_cast<const float4*>(Cf + (i * TPR + k) * VEC + e);
-            acc[0] = fmaf(row[i][e], c4.x, acc[0]);
-            acc[1] = fmaf(row[i][e + 1], c4.y, acc[1]);
-            acc[2] = fmaf(row[i][e + 2], c4.z, acc[2]);
-            acc[3] = fmaf(row[i][e + 3], c4.w, acc[3]);
-          }
-        }
-        return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-      };
-      auto store_row = [&](int rr, const float (&row)[NV][VEC]) {
-        if (rr >= R) return;
-#pragma unroll
-        for (int i = 0; i < NV; ++i) store_vec<StateT, VEC>(gstate + rr * N + (i * TPR + k) * VEC, row[i]);  // WRITES state
-      };
-      auto x_rec = [&](int j, int rr) -> float {  // x of window record j for tile row rr
-        return j == hist ? xf[buf][rr] : to_float(rx_s[ring_pos(origin, j, L) * R + rr]);
-      };
-      auto put_y = [&](int rr, float acc) {
-        acc = group_sum<TPR>(acc);
-        if (k == 0 && rr < R) ysum[buf][rr] = acc;
-      };
-
-      if (!REPLAY) {
-        const float dA = expf(h.A * h.dt);
-#pragma unroll 1
-        for (int ps = 0; ps < PASSES; ++ps) {
-          const int rr = r + ps * rows_per_pass;
-          float row[NV][VEC];
-          load_row(rr, row);
-          const float cx = h.dt * (rr < R ? xf[buf][rr] : 0.f);
-#pragma unroll
-          for (int i = 0; i < NV; ++i) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) row[i][e] = fmaf(cx, Bf[buf][(i * TPR + k) * VEC + e], row[i][e] * dA);
-          }
-          put_y(rr, dot_C(row));
-          store_row(rr, row);
-        }
-      } else if (!flush) {
-#pragma unroll 1
-        for (int ps = 0; ps < PASSES; ++ps) {
-          const int rr = r + ps * rows_per_pass;
-          float row[NV][VEC];
-          load_row(rr, row);
-          const int rx = min(rr, R - 1);
-          float extra = 0.f;
-          for (int j = k; j < t; j += TPR) extra = fmaf(wts[j] * bc[j], x_rec(j, rx), extra);
-          put_y(rr, fmaf(abar, dot_C(row), extra));
-        }
-      } else {
-        float s[PASSES][NV][VEC];
-#pragma unroll
-        for (int ps = 0; ps < PASSES; ++ps) {
-          load_row(r + ps * rows_per_pass, s[ps]);
-#pragma unroll
-          for (int i = 0; i < NV; ++i) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) s[ps][i][e] *= abar;
-          }
-        }
-        for (int j = 0; j < t; ++j) {
-          const float* Bj = nullptr;
-          const ActT* Bj_ring = rB_s + ring_pos(origin, j, L) * N;
-          if (j == hist) Bj = Bf[buf];
-#pragma unroll
-          for (int ps = 0; ps < PASSES; ++ps) {
-            const float cx = wts[j] * x_rec(j, min(r + ps * rows_per_pass, R - 1));
-#pragma unroll
-            for (int i = 0; i < NV; ++i) {
-              float bj[VEC];
-              if (Bj) {
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) bj[e] = Bj[(i * TPR + k) * VEC + e];
-              } else {
-                load_vec<ActT, VEC>(Bj_ring + (i * TPR + k) * VEC, bj);
-              }
-#pragma unroll
-              for (int e = 0; e < VEC; ++e) s[ps][i][e] = fmaf(cx, bj[e], s[ps][i][e]);
-            }
-          }
-        }
-#pragma unroll
-        for (int ps = 0; ps < PASSES; ++ps) {
-          put_y(r + ps * rows_per_pass, dot_C(s[ps]));
-          store_row(r + ps * rows_per_pass, s[ps]);
-        }
-      }
-    }
-    __syncthreads();
-
-    // The stage is free: the producer refills it and writes the refill's header; meanwhile the epilogue,
-    // which reads only the double-buffered per-item copies, finishes this item.
-    if (producer && refill < pl.items) {
-      issue(refill, refill_slot, stage);
-      write_header(refill_sc, (n + pl.stages) & 1);
-    }
-
-    // ---- Epilogue: one thread per row finishes y; the ring record and the cursor (replay, non-flush).
-    if (live) {
-      const int64_t sh = static_cast<int64_t>(h.slot) * H + h.head;
-      const int pos_new = REPLAY ? ring_pos(origin, hist, L) : 0;
-      for (int rr = threadIdx.x; rr < R; rr += blockDim.x) {
-        const int prow = row0 + rr;
-        const float xv = xf[buf][rr];
-        float yv = fmaf(h.D, xv, ysum[buf][rr]);
-        if (p.z) yv *= silu_gate(zf[buf][rr]);
-        // WRITES y[b, head, prow]
-        static_cast<ActT*>(p.y)[h.b * p.y_batch_stride + h.head * p.y_head_stride + prow] = from_float<ActT>(yv);
-        // WRITES ring_x[slot, head, pos_new, prow] (from_float(to_float(v)) == v: an exact copy)
-        if (REPLAY && !flush) static_cast<ActT*>(p.ring_x)[(sh * L + pos_new) * P + prow] = from_float<ActT>(xv);
-      }
-      if (REPLAY) {
-        if (!flush) {
-          // WRITES ring_dt of (slot, head) and, from one item per group, ring_B of (slot, group).
-          if (threadIdx.x == 0) p.ring_dt[sh * pl.ring_dt_len + pos_new] = h.dt;
-          if (h.tile == 0 && h.head % hpg == 0) {
-            ActT* rB = static_cast<ActT*>(p.ring_B) + ((static_cast<int64_t>(h.slot) * p.ngroups + h.head / hpg) * L + pos_new) * N;
-            for (int i = threadIdx.x; i < N; i += blockDim.x) rB[i] = from_float<ActT>(Bf[buf][i]);
-          }
-        }
-        if (threadIdx.x == 0) {
-          // WRITES the cursor replicas this item owns: tile, tile + T, ... (no other item of this launch reads
-          // or writes them).
-          int32_t* cur = p.cursor + sh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-          for (int rep = h.tile; rep < RSSM_CURSOR_REPLICAS; rep += T)
-            cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;
-        }
-      }
-    }
-    if (pl.stages == 1) __syncthreads();  // the next item's header was written just now
+    abar = s_abar;
+  } else {
+    abar = expf(A * dt);  // the replay weights at t = 1: abar = exp(A dt), w_0 = dt
   }
+  auto weight = [&](int j) { return REPLAY ? s_w[j] : dt; };
+
+  // ---- Phase 2: per-lane partial dots with C, reduce-scattered across each row's lanes.
+  auto lane_dot = [&](const float (&s)[NV][VEC]) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: the sum is not one long dependency
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e % 4] = fmaf(s[v][e], Cc[v][e], acc[e % 4]);
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  };
+  const int my_row = warp * RW + scattered_instr<KI, LPR>(lane) * RPI + seg;  // tile row this lane finishes
+  const int q = lane % SHARE;
+  float part[KI];
+  float yv;
+  if (flush) {
+    // S = abar S0 + sum_j (w_j x_j) B_jᵀ, stored; y = S·C.
+    float s[KI][NV][VEC];
+#pragma unroll
+    for (int i = 0; i < KI; ++i)
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        unpack<StateT, VEC>(raw[i][v], s[i][v]);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
+      }
+    for (int j = 0; j < t; ++j) {
+      float Bj[NV][VEC];
+      B_rec(j, Bj);
+      const float wj = weight(j);
+#pragma unroll
+      for (int i = 0; i < KI; ++i) {
+        const float cx = wj * x_rec(j, warp * RW + i * RPI + seg);
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) s[i][v][e] = fmaf(cx, Bj[v][e], s[i][v][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < KI; ++i) {
+      part[i] = lane_dot(s[i]);
+#pragma unroll
+      for (int v = 0; v < NV; ++v)  // WRITES state (the new checkpoint)
+        store_stream(gstate + (static_cast<int64_t>(i * RPI) * N + (v * LPR + col_lane) * VEC) * sizeof(StateT),
+                     pack<StateT, VEC>(s[i][v]));
+    }
+    yv = reduce_scatter<KI, LPR>(part);
+  } else {
+    // y = abar (S0·C) + sum_j w_j (B_j·C) x_j; the SHARE lanes of a row split the window between them.
+#pragma unroll
+    for (int i = 0; i < KI; ++i) {
+      float s[NV][VEC];
+#pragma unroll
+      for (int v = 0; v < NV; ++v) unpack<StateT, VEC>(raw[i][v], s[v]);
+      part[i] = lane_dot(s);
+    }
+    yv = abar * reduce_scatter<KI, LPR>(part);
+    for (int j = q; j < t; j += SHARE) yv = fmaf(s_w[j] * s_bc[j], x_rec(j, my_row), yv);
+  }
+  yv = group_sum<SHARE>(yv);
+
+  // ---- Epilogue: y, and (replay) the ring record and the cursor.
+  const int pos_new = REPLAY ? ring_pos(origin, hist, L) : 0;
+  if (q == 0) {
+    const float xv = to_float(x_s[my_row]);
+    float out = fmaf(p.D ? p.D[head] : 0.f, xv, yv);
+    if (p.z) out *= silu_gate(to_float(z_s[my_row]));
+    // WRITES y[b, head, row0 + my_row]
+    static_cast<ActT*>(p.y)[b * p.y_batch_stride + head * p.y_head_stride + row0 + my_row] = from_float<ActT>(out);
+    // WRITES ring_x[slot, head, pos_new, row0 + my_row] (from_float(to_float(v)) == v: an exact copy)
+    if (REPLAY && !flush) static_cast<ActT*>(p.ring_x)[(sh * L + pos_new) * P + row0 + my_row] = from_float<ActT>(xv);
+  }
+  if (REPLAY) {
+    if (!flush) {
+      // WRITES ring_dt of (slot, head) and, from one block per group, ring_B of (slot, group).
+      if (threadIdx.x == 0) p.ring_dt[sh * round_up(L, 4) + pos_new] = dt;
+      if (tile == 0 && head % hpg == 0 && warp == 0 && seg == 0) {
+        ActT* rB = static_cast<ActT*>(p.ring_B) + ((static_cast<int64_t>(slot) * p.ngroups + group) * L + pos_new) * N;
+#pragma unroll
+        for (int v = 0; v < NV; ++v) store_vec<ActT, VEC>(rB + (v * LPR + col_lane) * VEC, Bc[v]);
+      }
+    }
+    if (threadIdx.x == 0) {
+      // WRITES the cursor replicas this block owns: tile, tile + T, ... (no other block of this launch reads
+      // or writes them).
+      int32_t* cur = p.cursor + sh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+      for (int rep = tile; rep < RSSM_CURSOR_REPLICAS; rep += T)
+        cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;
+    }
+  }
+}
+
+// Multiprocessor count of the current device, queried once per device.
+inline cudaError_t device_sms(int& sms) {
+  static int cache[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 64 && cache[device] > 0) {
+    sms = cache[device];
+    return cudaSuccess;
+  }
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess && device < 64) cache[device] = sms;
+  return err;
 }
 
 template <typename StateT, typename ActT, int N, bool REPLAY>
 static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  using Tl = Tiling<StateT, N>;
+  int sms = 0;
+  cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
-  const Plan pl = make_plan(p, sizeof(StateT), sizeof(ActT), REPLAY, sms);
+  const Shape shape = launch_shape(p.head_dim, Tl::RW, static_cast<long long>(p.batch) * p.nheads, sms);
+  const SmemPlan sp = smem_plan(REPLAY ? p.buffer_len : 0, N, shape.rows, sizeof(ActT));
   auto kernel = decode_kernel<StateT, ActT, N, REPLAY>;
-  const int smem = pl.stages * pl.stage_bytes;
-  if (smem > 48 * 1024) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (sp.bytes > 48 * 1024) {  // only long rings of wide records (L > 32 with fp32 records or dstate 256)
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
     if (err != cudaSuccess) return err;
   }
-  const int threads = pl.rows < kRowsPerPass ? pl.rows * kThreadsPerRow : kBlockThreads;
-  int per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-  if (err != cudaSuccess) return err;
-  const int grid = std::min(pl.items, std::max(per_sm, 1) * sms);
-  kernel<<<grid, threads, smem, stream>>>(p, pl);
+  const dim3 grid(p.nheads * shape.tiles, p.batch);
+  kernel<<<grid, shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,23 @@
+// Asynchronous global -> shared copies (cp.async, sm_80+): each thread queues copies that complete without
+// holding registers; cp_async_wait_all() waits for the calling thread's copies (a block barrier after it
+// publishes them to the block).
+#pragma once
+#include <stdint.h>
+
+namespace replayssm {
+
+// Copies BYTES (4, 8 or 16) from global to shared memory; both addresses aligned to BYTES.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* smem_dst, const void* gmem_src) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(gmem_src), "n"(BYTES) : "memory");
+  }
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+}  // namespace replayssm
