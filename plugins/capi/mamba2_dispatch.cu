@@ -82,6 +82,15 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
                 p.num_slots);
   if (p.mode == RSSM_MAMBA2_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);
+  // The kernels address within a slot and within a batch row with 32-bit offsets.
+  if (static_cast<int64_t>(p.nheads) * p.head_dim * p.dstate >= (int64_t{1} << 31))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads * head_dim * dstate = %lld exceeds 2^31 - 1 elements per slot",
+                static_cast<long long>(p.nheads) * p.head_dim * p.dstate);
+  const int64_t head_strides[] = {p.x_head_stride, p.z_head_stride, p.y_head_stride};
+  for (int64_t hs : head_strides)
+    if (hs < 0 || hs * p.nheads >= (int64_t{1} << 31))
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "head stride %lld of x, z or y is negative or spans 2^31 elements",
+                  static_cast<long long>(hs));
   struct Named {
     const void* ptr;
     const char* name;

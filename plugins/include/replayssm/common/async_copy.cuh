@@ -1,6 +1,6 @@
 // Asynchronous global -> shared copies (cp.async, sm_80+): each thread queues copies that complete without
-// holding registers; cp_async_wait_all() waits for the calling thread's copies (a block barrier after it
-// publishes them to the block).
+// holding registers; copies are grouped per thread (commit) and waited for by group;
+// a block barrier after the wait publishes them to the block.
 #pragma once
 #include <stdint.h>
 
@@ -18,6 +18,13 @@ __device__ __forceinline__ void cp_async(void* smem_dst, const void* gmem_src) {
   }
 }
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Closes the calling thread's group of copies queued since the last commit (possibly empty).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most PENDING of the calling thread's most recent groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
 
 }  // namespace replayssm
