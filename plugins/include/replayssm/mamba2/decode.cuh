@@ -257,7 +257,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
   auto stage_ptr = [&](int stage) { return smem + sp.stage0 + stage * sp.stage_bytes; };
   // Offset, in elements, of this thread's vector (i, v) inside a tile of TR x N.
-  auto vec_off = [&](int i, int v) { return (warp * RW + i * RPI + seg) * N + (v * LPR + col_lane) * VEC; };
+  // Offset, in elements, of this thread's first vector inside a tile of TR x N; vector (i, v) sits
+  // vec_step(i, v) further (a compile-time constant: one base register plus immediate offsets).
+  const int thread_off = (warp * RW + seg) * N + col_lane * VEC;
+  auto vec_step = [](int i, int v) { return i * RPI * N + v * LPR * VEC; };
   const int xz_warp = nwarps > 1 ? 1 : 0;        // copies x and z (warp 0 copies cursor and ring dt)
   const int x_chunks = TR * static_cast<int>(sizeof(ActT)) / 8;  // 8-byte pieces of a tile row of x
 
@@ -269,12 +272,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   auto issue_unit = [&](int u, int stage) {
     const int uu = tile_base + u, h = uu >> TL, tile = uu & (T - 1), row0 = tile * TR;
     char* st = stage_ptr(stage);
-    const StateT* gs = state_blk + uu * TR * N;
-    StateT* ss = reinterpret_cast<StateT*>(st + sp.state);
+    const StateT* gs = state_blk + (uu * TR * N + thread_off);
+    StateT* ss = reinterpret_cast<StateT*>(st + sp.state) + thread_off;
 #pragma unroll
     for (int i = 0; i < KI; ++i)
 #pragma unroll
-      for (int v = 0; v < NV; ++v) cp_async<16>(ss + vec_off(i, v), gs + vec_off(i, v));
+      for (int v = 0; v < NV; ++v) cp_async<16>(ss + vec_step(i, v), gs + vec_step(i, v));
     if (warp == xz_warp) {
       for (int c = lane; c < x_chunks; c += 32)
         cp_async<8>(st + sp.x + c * 8, reinterpret_cast<const char*>(x_blk + h * xhs + row0) + c * 8);
@@ -377,13 +380,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 
   const ActT* rB_s = reinterpret_cast<const ActT*>(smem + sp.ring_B);
-  auto lane_dot = [&](const float (&s)[NV][VEC]) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: the sum is not one long dependency
+  auto lane_dot = [&](const float (&s)[NV][VEC]) {  // one chain per row: a thread has KI independent rows
+    float acc = 0.f;
 #pragma unroll
     for (int v = 0; v < NV; ++v)
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e % 4] = fmaf(s[v][e], Cc[v][e], acc[e % 4]);
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      for (int e = 0; e < VEC; ++e) acc = fmaf(s[v][e], Cc[v][e], acc);
+    return acc;
   };
   const int my_row = warp * RW + scattered_instr<KI, LPR>(lane) * RPI + seg;  // tile row this lane finishes
   const int q = lane % SHARE;
@@ -451,13 +454,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     float yv;
     if (flush) {
       // S = abar S0 + sum_j (w_j x_j) B_jᵀ, stored; y = S·C.
-      StateT* gstate = state_blk + uu * TR * N;
+      StateT* gstate = state_blk + (uu * TR * N + thread_off);
       float s[KI][NV][VEC];
 #pragma unroll
       for (int i = 0; i < KI; ++i)
 #pragma unroll
         for (int v = 0; v < NV; ++v) {
-          load_vec<StateT, VEC>(ss + vec_off(i, v), s[i][v]);
+          load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
         }
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       for (int i = 0; i < KI; ++i) {
         part[i] = lane_dot(s[i]);
 #pragma unroll
-        for (int v = 0; v < NV; ++v) store_stream(gstate + vec_off(i, v), pack<StateT, VEC>(s[i][v]));  // WRITES state
+        for (int v = 0; v < NV; ++v) store_stream(gstate + vec_step(i, v), pack<StateT, VEC>(s[i][v]));  // WRITES state
       }
       yv = reduce_scatter<KI, LPR>(part);
     } else {
@@ -507,7 +510,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       for (int i = 0; i < KI; ++i) {
         float s[NV][VEC];
 #pragma unroll
-        for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + vec_off(i, v), s[v]);
+        for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[v]);
         part[i] = lane_dot(s);
       }
       yv = abar * reduce_scatter<KI, LPR>(part);
