@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "replayssm/common/types.h"
+#include "replayssm/gdn/params.h"
 #include "replayssm/mamba2/params.h"
 
 #if defined(_WIN32)
@@ -39,6 +40,11 @@ RSSM_API rssm_status rssm_mamba2_decode_validate(const rssm_mamba2_decode_params
 // (a cudaStream_t; NULL is the legacy default stream). Nothing is launched when validation fails.
 RSSM_API rssm_status rssm_mamba2_decode(const rssm_mamba2_decode_params* params, size_t params_size,
                                         void* stream);
+
+// The same three entry points for the Gated DeltaNet family (params->mode: conventional or ReplaySSM).
+RSSM_API size_t rssm_gdn_decode_params_size(void);
+RSSM_API rssm_status rssm_gdn_decode_validate(const rssm_gdn_decode_params* params, size_t params_size);
+RSSM_API rssm_status rssm_gdn_decode(const rssm_gdn_decode_params* params, size_t params_size, void* stream);
 
 #ifdef __cplusplus
 }

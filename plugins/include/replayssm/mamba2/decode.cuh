@@ -2,16 +2,12 @@
 // (checkpoint + ring of recent inputs; docs/mamba2.md has the maths). Framework-free; the host launch
 // function sits beside the kernel and is instantiated per dtype in plugins/capi/.
 //
-// Work split, both modes: one block per (batch row, head, tile of TR state rows), TR = warps x RW. Every
-// thread owns 32 checkpoint elements as 16-byte vectors, all loaded into registers at the start of the block
-// and left in flight while the block stages the small inputs (ring records, cursor, current token) in shared
-// memory and computes the decay weights and B_j·C products. The only memory work on the critical path is one
-// streaming read of the tile (plus its store on flush rows), so many blocks per SM keep HBM busy.
-//
-// In a warp, LPR lanes cover one state row (NV vectors each); an access instruction covers RPI = 32 / LPR rows;
-// a thread holds KI such instructions (RW = KI x RPI rows per warp). y[p] = S[p,:]·C starts as one partial dot
-// per (thread, instruction) and is reduce-scattered across the lanes of a row, leaving SHARE lanes per row that
-// split the replayed terms of that row between them before the last two or three shuffles.
+// Work split, both modes (common/decode_tiling.cuh): one block per (batch row, group, chunk of consecutive
+// (head, tile) units). A block stages the group's ring of B records once, computes B_j·C once, and streams its
+// units through a 3-stage cp.async pipeline: each thread copies its own vectors of the checkpoint tile (and
+// reads back exactly those), and the small per-unit inputs (ring x and dt records, cursor, x, z) land beside
+// them; while a unit is computed, the next two are in flight. Warp 0 computes the next unit's decay weights
+// while the other warps finish the current one.
 //
 // ReplaySSM, per row of the batch, with h = records in the ring since the checkpoint S0 (cursor history) and
 // the current token as record h (t = h + 1 records in the window; record j sits at ring position
@@ -27,68 +23,12 @@
 #include <algorithm>
 
 #include "replayssm/common/async_copy.cuh"
+#include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/mamba2/params.h"
 
 namespace replayssm {
 namespace mamba2 {
-
-constexpr int kMaxBufferLen = 64;
-constexpr int kMaxWarps = 8;         // warps per block (256 threads)
-constexpr int kElemsPerThread = 32;  // checkpoint elements each thread holds in registers
-
-// Thread-to-state mapping for a checkpoint dtype and dstate (see the file comment).
-template <typename StateT, int N>
-struct Tiling {
-  static constexpr int VEC = 16 / sizeof(StateT);            // elements per 16-byte vector
-  static constexpr int VPT = kElemsPerThread / VEC;          // vectors per thread
-  static constexpr int LPR = N / VEC < 32 ? N / VEC : 32;    // lanes per state row
-  static constexpr int NV = N / VEC / LPR;                   // vectors per lane and row
-  static constexpr int RPI = 32 / LPR;                       // rows per access instruction
-  static constexpr int KI = VPT / NV;                        // instructions (row groups) per thread
-  static constexpr int RW = KI * RPI;                        // rows per warp
-  static constexpr int SHARE = LPR / KI;                     // lanes holding one row after the reduce-scatter
-  static_assert(NV >= 1 && N % (VEC * LPR) == 0, "dstate must split into 16-byte vectors");
-  static_assert(KI >= 1 && KI <= LPR && SHARE >= 1, "rows of a thread must reduce-scatter within a row's lanes");
-  static_assert(16 % RW == 0, "rows per warp must divide 16 (every supported head_dim is a multiple of 16)");
-};
-
-__host__ __device__ __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
-constexpr int kMaxUnits = 8;   // (head, tile) units per block
-constexpr int kMaxStages = 3;  // shared-memory stages per block: one computed, two in flight
-
-// Launch shape. A head splits into `tiles` tiles of `rows` rows (one unit each, `warps` warps); the units of a
-// group (heads_per_group x tiles) split into chunks of `units` consecutive units; one block per (batch row,
-// group, chunk). Fewest tiles with at most kMaxWarps warps; small batches split heads further. The most units
-// per block (up to kMaxUnits) that still leave a few blocks per SM: B·C products and the ring's B records are
-// shared by a block's units.
-struct Shape {
-  int tiles, tiles_log2, warps, rows, units, chunks, stages;
-};
-
-inline Shape launch_shape(int head_dim, int rows_per_warp, int nheads, int ngroups, long long batch, int sms) {
-  Shape s{};
-  const int head_warps = head_dim / rows_per_warp;
-  s.tiles = 1;
-  while (head_warps / s.tiles > kMaxWarps || head_warps % s.tiles) s.tiles *= 2;
-  while (s.tiles * 2 <= RSSM_CURSOR_REPLICAS && head_warps % (s.tiles * 2) == 0 && batch * nheads * s.tiles < 2LL * sms)
-    s.tiles *= 2;
-  s.warps = head_warps / s.tiles;
-  while ((1 << s.tiles_log2) < s.tiles) ++s.tiles_log2;
-  s.rows = head_dim / s.tiles;
-  const int group_units = nheads / ngroups * s.tiles;
-  s.units = 1;
-  for (int u = kMaxUnits; u > 1; u /= 2) {
-    if (group_units % u == 0 && batch * ngroups * (group_units / u) >= 4LL * sms) {
-      s.units = u;
-      break;
-    }
-  }
-  s.chunks = group_units / s.units;
-  s.stages = std::min(s.units, kMaxStages);
-  return s;
-}
 
 // Dynamic shared memory of one block, byte offsets (all 16-byte aligned): the group's ring of B records, then
 // `stages` stages of per-unit inputs.
@@ -119,97 +59,6 @@ inline SmemPlan smem_plan(int L, int N, int rows, int state_bytes, int act_bytes
   s.stage_bytes = off;
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
-}
-
-// Exclusive suffix sums of a window of up to 64 values held two per lane (record l in v0, record 32 + l in
-// v1; records past the window hold 0 so every sum is exact at t = 1). Returns sum_{i>j} for both records of
-// the lane and the total.
-__device__ __forceinline__ void warp_suffix_sums(float v0, float v1, float& ex0, float& ex1, float& total) {
-  const int lane = threadIdx.x % 32;
-  float in0 = v0, in1 = v1;  // inclusive reverse scans
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const float u0 = __shfl_down_sync(0xffffffffu, in0, off);
-    const float u1 = __shfl_down_sync(0xffffffffu, in1, off);
-    if (lane + off < 32) {
-      in0 += u0;
-      in1 += u1;
-    }
-  }
-  const float total1 = __shfl_sync(0xffffffffu, in1, 0);
-  const float next0 = __shfl_down_sync(0xffffffffu, in0, 1);
-  const float next1 = __shfl_down_sync(0xffffffffu, in1, 1);
-  ex1 = lane < 31 ? next1 : 0.f;
-  ex0 = (lane < 31 ? next0 : 0.f) + total1;
-  total = __shfl_sync(0xffffffffu, in0, 0) + total1;
-}
-
-// The same for a window of up to 32 values, one per lane.
-__device__ __forceinline__ void warp_suffix_sums(float v, float& ex, float& total) {
-  const int lane = threadIdx.x % 32;
-  float in = v;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const float u = __shfl_down_sync(0xffffffffu, in, off);
-    if (lane + off < 32) in += u;
-  }
-  const float next = __shfl_down_sync(0xffffffffu, in, 1);
-  ex = lane < 31 ? next : 0.f;
-  total = __shfl_sync(0xffffffffu, in, 0);
-}
-
-__device__ __forceinline__ int ring_pos(int origin, int j, int L) {
-  const int pos = origin + j;
-  return pos >= L ? pos - L : pos;
-}
-
-// Streaming 16-byte global accesses of the checkpoint (read once, written at most once per step).
-__device__ __forceinline__ uint4 load_stream(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
-__device__ __forceinline__ void store_stream(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
-
-template <typename T, int VEC>
-__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[VEC]) {
-  static_assert(VEC * sizeof(T) == 16, "one 16-byte vector");
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) out[i] = to_float(e[i]);
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ uint4 pack(const float (&in)[VEC]) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) e[i] = from_float<T>(in[i]);
-  return raw;
-}
-
-// Reduce-scatter of KI per-lane values over the LPR lanes of a row: afterwards each lane holds one row's sum
-// over LPR / SHARE lanes (which row: scattered_row) and the SHARE lanes of a row hold disjoint partial sums.
-template <int KI, int LPR>
-__device__ __forceinline__ float reduce_scatter(float (&v)[KI]) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int half = KI / 2, mask = LPR / 2; half >= 1; half /= 2, mask /= 2) {
-    const bool upper = lane & mask;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float send = upper ? v[i] : v[i + half];
-      const float keep = upper ? v[i + half] : v[i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-  }
-  return v[0];
-}
-
-// Instruction index (0..KI-1) whose rows reduce_scatter left in this lane.
-template <int KI, int LPR>
-__device__ __forceinline__ int scattered_instr(int lane) {
-  int instr = 0;
-#pragma unroll
-  for (int half = KI / 2, mask = LPR / 2; half >= 1; half /= 2, mask /= 2)
-    if (lane & mask) instr += half;
-  return instr;
 }
 
 template <typename StateT, typename ActT, int N, bool REPLAY>
@@ -256,7 +105,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int yhs = static_cast<int>(p.y_head_stride);
 
   auto stage_ptr = [&](int stage) { return smem + sp.stage0 + stage * sp.stage_bytes; };
-  // Offset, in elements, of this thread's vector (i, v) inside a tile of TR x N.
   // Offset, in elements, of this thread's first vector inside a tile of TR x N; vector (i, v) sits
   // vec_step(i, v) further (a compile-time constant: one base register plus immediate offsets).
   const int thread_off = (warp * RW + seg) * N + col_lane * VEC;
@@ -552,21 +400,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     }
     stage = stage + 1 < S ? stage + 1 : 0;
   }
-}
-
-// Multiprocessor count of the current device, queried once per device.
-inline cudaError_t device_sms(int& sms) {
-  static int cache[64] = {};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  if (device < 64 && cache[device] > 0) {
-    sms = cache[device];
-    return cudaSuccess;
-  }
-  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess && device < 64) cache[device] = sms;
-  return err;
 }
 
 template <typename StateT, typename ActT, int N, bool REPLAY>
