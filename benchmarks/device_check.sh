@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
 # What one device call runs: build the package there, run every test (GPU ones included), then benchmark.
-# Usage (repo root, on the GPU machine): bash benchmarks/device_check.sh OUT_DIR [bench args...]
+# Usage (repo root, on the GPU machine): bash benchmarks/device_check.sh OUT_DIR [bench_mamba2 args...]
 # Needs mamba-ssm's source distribution at .cache/mamba_ssm.tar.gz (git-ignored; carry .cache to the device).
 # Fetch it on a machine with network access:
 #   mkdir -p .cache && curl -sL -o .cache/mamba_ssm.tar.gz "$(curl -s https://pypi.org/pypi/mamba-ssm/json |
 #     python3 -c 'import sys, json; print([u["url"] for u in json.load(sys.stdin)["urls"] if u["packagetype"] == "sdist"][0])')"
+# The GDN benchmark runs too when fla-core's wheel is at .cache/wheels/fla_core-0.6.0-py3-none-any.whl
+# (python3 -m pip download --no-deps -d .cache/wheels fla-core==0.6.0); its extra arguments come from the
+# environment variable GDN_ARGS (split on spaces), e.g. GDN_ARGS="--shapes Qwen3.5-4B --batches 64,256".
 set -o pipefail
 out=${1:?output folder}; shift
 export PYTHONUNBUFFERED=1
+fla_wheel=.cache/wheels/fla_core-0.6.0-py3-none-any.whl
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3 || exit 1
 python3 -m pytest -q --maxfail=4 tests 2>&1 | tee "$out/tests.log" | tail -25
 python3 benchmarks/bench_mamba2.py --mamba-ssm-sdist .cache/mamba_ssm.tar.gz --out "$out/mamba2_decode.md" \
   --json "$out/mamba2_decode.json" "$@" 2>&1 | tee "$out/bench.log" | tail -40
+status=$?
+if [ -f "$fla_wheel" ]; then
+  # shellcheck disable=SC2086  # GDN_ARGS is a list of arguments
+  python3 benchmarks/bench_gdn.py --fla-wheel "$fla_wheel" --out "$out/gdn_decode.md" \
+    --json "$out/gdn_decode.json" ${GDN_ARGS:-} 2>&1 | tee "$out/bench_gdn.log" | tail -40
+  gdn_status=$?
+  [ "$status" -eq 0 ] && status=$gdn_status
+fi
+exit "$status"

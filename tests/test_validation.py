@@ -1,14 +1,18 @@
-"""Input validation of the ops, and agreement between the Python lists and the native dispatch table."""
+"""Input validation of the ops, and agreement between the Python lists and the native dispatch tables."""
 
 import ctypes
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from mamba2_cases import layer_params, step_inputs
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import (DTYPE_CODES, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES, MAMBA2_HEAD_DIMS,
-                                     MAMBA2_STATE_DTYPES, MAX_BUFFER_LEN, Mamba2LayerShape, ReplayConfig)
+from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES,
+                                     MAMBA2_HEAD_DIMS, MAMBA2_STATE_DTYPES, MAX_BUFFER_LEN, Mamba2LayerShape,
+                                     ReplayConfig)
+from trtllm_replayssm.ops.gdn import kernels as gdn_kernels
 from trtllm_replayssm.ops.mamba2 import conventional_decode, kernels, replay_decode
 from trtllm_replayssm.pool import Mamba2StatePool
 
@@ -118,3 +122,113 @@ def test_native_rejects_mismatched_struct_size():
     lib = _lib.load()
     p = kernels.Mamba2DecodeParams()
     assert lib.rssm_mamba2_decode_validate(ctypes.byref(p), ctypes.sizeof(p) - 8) == 3
+
+
+# ---- Gated DeltaNet: the binding against params.h, and the native table against GDN_HEAD_DIMS ----
+
+PARAMS_H = Path(__file__).resolve().parents[1] / "plugins" / "include" / "replayssm"
+_C_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
+
+
+def _header_fields(header: Path, struct: str):
+    """(name, ctypes type) of each field of `struct` in declaration order; every pointer as c_void_p."""
+    body = re.search(r"typedef struct " + struct + r" \{(.*?)\} " + struct + ";", header.read_text(), re.S)
+    fields = []
+    for line in body.group(1).splitlines():
+        decl = re.match(r"\s*(?:const\s+)?(\w+)\s*(\*?)\s*([\w\s,]+);", line.split("//")[0])
+        if decl:
+            ctype = ctypes.c_void_p if decl.group(2) else _C_TYPES[decl.group(1)]
+            fields += [(name.strip(), ctype) for name in decl.group(3).split(",")]
+    return fields
+
+
+@pytest.mark.parametrize("header, struct, binding", [
+    ("gdn/params.h", "rssm_gdn_decode_params", gdn_kernels.GdnDecodeParams),
+    ("mamba2/params.h", "rssm_mamba2_decode_params", kernels.Mamba2DecodeParams),
+], ids=["gdn", "mamba2"])
+def test_binding_fields_follow_params_h(header, struct, binding):
+    """Field names, order and types of the ctypes mirror equal the C struct's (no library needed)."""
+    assert [(n, t) for n, t in binding._fields_] == _header_fields(PARAMS_H / header, struct)
+
+
+needs_gdn = pytest.mark.skipif(not (_lib.available() and _lib.has_symbol(_lib.load(), "rssm_gdn_decode")),
+                               reason="kernel library not built, or built without the GDN kernels")
+
+
+def _gdn_status(**overrides):
+    """The library's GDN validation (no launch, no GPU) of a well-formed replay step with overrides; strides
+    follow the (overridden) sizes unless overridden themselves."""
+    sizes = dict(batch=2, num_k_heads=2, num_v_heads=4, head_k_dim=128, head_v_dim=128, buffer_len=16,
+                 num_slots=4, pad_slot_id=-1, mode=gdn_kernels.REPLAY, state_dtype=0, act_dtype=2)
+    sizes.update({k: v for k, v in overrides.items() if k in sizes})
+    H, HV, K, V = sizes["num_k_heads"], sizes["num_v_heads"], sizes["head_k_dim"], sizes["head_v_dim"]
+    p = gdn_kernels.GdnDecodeParams(**sizes, q_batch_stride=H * K, q_head_stride=K, k_batch_stride=H * K,
+                                    k_head_stride=K, v_batch_stride=HV * V, v_head_stride=V, g_batch_stride=HV,
+                                    beta_batch_stride=HV, y_batch_stride=HV * V, y_head_stride=V)
+    dummy = 1 << 20  # 16-byte aligned fake addresses: validation never dereferences them
+    for name in ("state", "ring_u", "ring_k", "ring_g", "cursor", "q", "k", "v", "g", "beta", "y"):
+        setattr(p, name, dummy)
+    for k, v in overrides.items():
+        if k not in sizes:
+            setattr(p, k, v)
+    lib = _lib.load()
+    status = lib.rssm_gdn_decode_validate(ctypes.byref(p), ctypes.sizeof(p))
+    return status, lib.rssm_last_error().decode()
+
+
+@needs_gdn
+def test_native_gdn_abi_struct_size_matches_binding():
+    assert gdn_kernels.abi_size_matches()
+
+
+@needs_gdn
+def test_native_gdn_dispatch_table_matches_python_lists():
+    for hd in range(1, 300):
+        assert (_gdn_status(head_k_dim=hd)[0] == 0) == (hd in GDN_HEAD_DIMS), f"head_k_dim={hd}"
+        assert (_gdn_status(head_v_dim=hd)[0] == 0) == (hd in GDN_HEAD_DIMS), f"head_v_dim={hd}"
+    for L in range(-1, 70):
+        assert (_gdn_status(buffer_len=L)[0] == 0) == (1 <= L <= MAX_BUFFER_LEN), f"buffer_len={L}"
+    for code in range(-1, 5):
+        supported = code in DTYPE_CODES.values()
+        assert (_gdn_status(state_dtype=code)[0] == 0) == supported, f"state_dtype={code}"
+        assert (_gdn_status(act_dtype=code)[0] == 0) == supported, f"act_dtype={code}"
+
+
+@needs_gdn
+def test_native_gdn_conventional_needs_no_ring():
+    assert _gdn_status(mode=gdn_kernels.CONVENTIONAL, ring_u=None, ring_k=None, ring_g=None, cursor=None,
+                       buffer_len=1) == (0, "")
+
+
+@needs_gdn
+@pytest.mark.parametrize("overrides, words", [
+    (dict(head_k_dim=96), "head_k_dim=96"),
+    (dict(head_v_dim=32), "head_v_dim=32"),
+    (dict(buffer_len=65), "buffer_len=65"),
+    (dict(num_v_heads=3), "num_v_heads=3"),
+    (dict(ring_u=None), "ring_u is NULL"),
+    (dict(cursor=None), "cursor is NULL"),
+    (dict(g=None), "g is NULL"),
+    (dict(state=(1 << 20) + 4), "state is not 16-byte aligned"),
+    (dict(mode=7), "mode=7"),
+    (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
+    (dict(v=(1 << 20) + 2), "v rows must be 16-byte aligned"),
+    (dict(q_batch_stride=129), "q rows must be 16-byte aligned"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_native_gdn_errors_name_the_offending_value(overrides, words):
+    status, msg = _gdn_status(**overrides)
+    assert status == 1 and words in msg, msg
+
+
+@needs_gdn
+def test_native_gdn_rejects_mismatched_struct_size():
+    lib = _lib.load()
+    p = gdn_kernels.GdnDecodeParams()
+    assert lib.rssm_gdn_decode_validate(ctypes.byref(p), ctypes.sizeof(p) - 8) == 3
+
+
+@pytest.mark.skipif(not _lib.available(), reason="kernel library not built")
+def test_gdn_binding_asks_to_rebuild_a_library_without_gdn(monkeypatch):
+    monkeypatch.setattr(_lib, "has_symbol", lambda lib, name: False)
+    with pytest.raises(_lib.KernelError, match="rssm_gdn_decode_validate.*rebuild"):
+        gdn_kernels.validate(gdn_kernels.GdnDecodeParams())

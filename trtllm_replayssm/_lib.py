@@ -40,6 +40,26 @@ def load() -> ctypes.CDLL:
         fn.restype = ctypes.c_int
     lib.rssm_mamba2_decode_validate.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     lib.rssm_mamba2_decode.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    if has_symbol(lib, "rssm_gdn_decode"):  # libraries built before the GDN kernels lack these
+        lib.rssm_gdn_decode_params_size.restype = ctypes.c_size_t
+        for fn in (lib.rssm_gdn_decode_validate, lib.rssm_gdn_decode):
+            fn.restype = ctypes.c_int
+        lib.rssm_gdn_decode_validate.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.rssm_gdn_decode.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    return lib
+
+
+def has_symbol(lib: ctypes.CDLL, name: str) -> bool:
+    """Whether the loaded library exports `name` (a family's entry points appear once its kernels exist)."""
+    return hasattr(lib, name)
+
+
+def require(name: str) -> ctypes.CDLL:
+    """The loaded library, which must export `name`; otherwise a KernelError saying to rebuild it."""
+    lib = load()
+    if not has_symbol(lib, name):
+        raise KernelError(f"the kernel library at {library_path()} has no {name}: it was built before these "
+                          f"kernels existed; rebuild it ('pip install --no-build-isolation -e .')")
     return lib
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trtllm_replayssm.config import Mamba2LayerShape
+from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape
 
 
 def mamba2_io_bytes(shape: Mamba2LayerShape, act_bytes: int, with_z=True) -> int:
@@ -23,3 +23,25 @@ def mamba2_replay_amortised_bytes(shape: Mamba2LayerShape, L: int, state_bytes: 
     state = H * P * N * state_bytes
     record = act_bytes * (H * P + G * N) + 4 * H
     return state * (1 + 1 / L) + record * ((L - 1) / 2 + (L - 1) / L) + mamba2_io_bytes(shape, act_bytes)
+
+
+def gdn_io_bytes(shape: GdnLayerShape, act_bytes: int) -> int:
+    """Per row: q, k of [H, K] and v, y of [HV, V] in the activation dtype; g ([HV], KDA [HV, K]) and beta [HV]
+    in fp32."""
+    H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
+    g = HV * K if shape.per_channel_decay else HV
+    return act_bytes * (2 * H * K + 2 * HV * V) + 4 * (g + HV)
+
+
+def gdn_conventional_bytes(shape: GdnLayerShape, state_bytes: int, act_bytes: int) -> int:
+    HV, K, V = shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
+    return 2 * HV * V * K * state_bytes + gdn_io_bytes(shape, act_bytes)
+
+
+def gdn_replay_amortised_bytes(shape: GdnLayerShape, L: int, state_bytes: int, act_bytes: int) -> float:
+    """Average over the L phases of a row: checkpoint read every step, written on 1 step in L; the ring window
+    (mean (L-1)/2 records of u, k, g) read; one record written on L-1 steps in L."""
+    H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
+    state = HV * V * K * state_bytes
+    record = act_bytes * (HV * V + H * K) + 4 * (HV * K if shape.per_channel_decay else HV)
+    return state * (1 + 1 / L) + record * ((L - 1) / 2 + (L - 1) / L) + gdn_io_bytes(shape, act_bytes)

@@ -1,34 +1,68 @@
 """Gated DeltaNet (Qwen3.5 / Qwen3-Next) and KDA decode ops over a state pool.
 
 Gating comes either precomputed (g, beta) or raw (a, b, A_log, dt_bias), as the fused serving kernels take it;
-q and k are L2-normalised (use_qk_l2norm) and q scaled by K^-1/2 (or `scale`) before the recurrence. CPU tensors
-run the PyTorch reference; the GPU kernels are not written yet, and CUDA tensors are refused with that message.
-In-place: the pool (replay) or `state` (conventional) rows of non-padding rows; `out` at those rows.
+q and k are L2-normalised (use_qk_l2norm) and q scaled by K^-1/2 (or `scale`) before the recurrence.
+
+CUDA tensors run the kernels (current stream, no synchronisation, capturable in a CUDA graph); CPU tensors run
+the PyTorch reference with the same semantics. The kernels take prepared inputs, so on CUDA the gating and the
+q/k preparation still run in PyTorch first: they allocate q, k (in v's dtype) and, from raw gates, g and beta
+(fp32) each step. Not on CUDA yet (refused with a message saying so): KDA (per-channel decay) and pools with a
+read copy. Inputs are validated before anything is touched; errors name the argument and its value.
+
+In-place: conventional writes state[slot] of every non-padding row; replay writes the ring record and cursor of
+every non-padding row and the checkpoint of flushing rows. Both write `out` (allocated when None) at non-padding
+rows only. Slot indices of one call must be distinct.
 """
 
 from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import PAD_SLOT_ID, GdnLayerShape, dtype_name
+from trtllm_replayssm.config import DTYPE_CODES, PAD_SLOT_ID, GdnLayerShape, dtype_name
+from trtllm_replayssm.ops.gdn import kernels
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, prepare_qk
 from trtllm_replayssm.ops.validate import check as _check
 from trtllm_replayssm.ops.gdn.replay_reference import gdn_conventional_decode_reference, gdn_replay_decode_reference
 
 __all__ = ["gdn_conventional_decode", "gdn_replay_decode"]
 
+_KERNEL_DTYPES = ", ".join(dtype_name(d) for d in DTYPE_CODES)
 
-def _prepare(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out):
-    """Validates the inputs and returns (q, k, g, beta) as the recurrence reads them."""
+
+def _check_cuda(shape: GdnLayerShape, v, g, beta, out, state):
+    """What the kernels need beyond the reference: checked on CUDA only, before anything is written."""
+    if shape.per_channel_decay:
+        raise NotImplementedError("KDA kernels are not implemented yet; pass CPU tensors (PyTorch reference)")
+    _check(state.dtype in DTYPE_CODES, f"state has dtype {dtype_name(state.dtype)}; supported: {_KERNEL_DTYPES}")
+    _check(v.dtype in DTYPE_CODES, f"v has dtype {dtype_name(v.dtype)}; supported: {_KERNEL_DTYPES}")
+    _check(state.is_contiguous(), "state must be contiguous")
+    # v, out, and g and beta unless they come from raw gates, reach the kernel as given; q and k are copies
+    # made by the preparation.
+    for name, t in (("v", v), ("out", out), ("g", g), ("beta", beta)):
+        if t is not None:
+            _check(t.stride(-1) == 1, f"{name} must be contiguous in its last dimension (stride {t.stride(-1)})")
+    # The library wants rows of v on 16 bytes (the kernel stages them with asynchronous copies).
+    nbytes = v.element_size()
+    _check(v.data_ptr() % 16 == 0 and all(s * nbytes % 16 == 0 for s in v.stride()[:2]),
+           f"v rows must be 16-byte aligned (data_ptr % 16 = {v.data_ptr() % 16}, strides {tuple(v.stride()[:2])} "
+           f"elements of {nbytes} bytes)")
+
+
+def _prepare(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out,
+             state):
+    """Validates the inputs (state: the tensor the step updates, for the CUDA checks) and returns (q, k, g, beta)
+    as the recurrence reads them."""
     _check(isinstance(v, torch.Tensor) and v.dim() == 3, "v must be a tensor [batch, num_v_heads, head_v_dim]")
     n, dev = v.shape[0], v.device
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
-    if dev.type == "cuda":
-        raise NotImplementedError("GDN decode kernels are not implemented yet: pass CPU tensors (PyTorch reference)")
     for name, t, want in (("q", q, (n, H, K)), ("k", k, (n, H, K)), ("v", v, (n, HV, V))):
         _check(isinstance(t, torch.Tensor) and tuple(t.shape) == want,
                f"{name} has shape {tuple(getattr(t, 'shape', ()))}, expected {want}")
-        _check(t.device == dev, f"{name} is on {t.device}, expected {dev}")
+    named = (("q", q), ("k", k), ("g", g), ("beta", beta), ("a", a), ("b", b), ("A_log", A_log),
+             ("dt_bias", dt_bias), ("slot_idx", slot_idx), ("out", out), ("state", state))
+    for name, t in named:
+        if isinstance(t, torch.Tensor):
+            _check(t.device == dev, f"{name} is on {t.device}, expected {dev} (the device of v)")
     gate_shape = (n, HV, K) if shape.per_channel_decay else (n, HV)
     raw = [t is not None for t in (a, b, A_log, dt_bias)]
     _check((g is not None and beta is not None and not any(raw)) or (g is None and beta is None and all(raw)),
@@ -36,36 +70,71 @@ def _prepare(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_q
     if g is None:
         _check(tuple(a.shape) == gate_shape, f"a has shape {tuple(a.shape)}, expected {gate_shape}")
         _check(tuple(b.shape) == (n, HV), f"b has shape {tuple(b.shape)}, expected {(n, HV)}")
-        g, beta = gdn_gating(a, b, A_log, dt_bias)
-    _check(tuple(g.shape) == gate_shape, f"g has shape {tuple(g.shape)}, expected {gate_shape}")
-    _check(tuple(beta.shape) == (n, HV), f"beta has shape {tuple(beta.shape)}, expected {(n, HV)}")
+    else:
+        _check(tuple(g.shape) == gate_shape, f"g has shape {tuple(g.shape)}, expected {gate_shape}")
+        _check(tuple(beta.shape) == (n, HV), f"beta has shape {tuple(beta.shape)}, expected {(n, HV)}")
     if slot_idx is not None:
         _check(slot_idx.dtype == torch.int32 and tuple(slot_idx.shape) == (n,),
                f"slot_idx must be int32 of shape {(n,)}, got {dtype_name(slot_idx.dtype)} {tuple(slot_idx.shape)}")
+    else:
+        _check(n <= state.shape[0], f"batch={n} exceeds the {state.shape[0]} state slots and no slot_idx was given")
     if out is not None:
         _check(tuple(out.shape) == (n, HV, V) and out.dtype == v.dtype, "out must have v's shape and dtype")
-    qp, kp = prepare_qk(q, k, use_qk_l2norm, scale)
+    if dev.type == "cuda":
+        _check_cuda(shape, v, g, beta, out, state)
+    if g is None:
+        g, beta = gdn_gating(a, b, A_log, dt_bias)
+    if not use_qk_l2norm and scale == 1.0 and q.dtype == k.dtype == v.dtype:
+        qp, kp = q, k  # already prepared: launch nothing extra
+    else:
+        qp, kp = prepare_qk(q, k, use_qk_l2norm, scale)
     return qp.to(v.dtype), kp.to(v.dtype), g.float(), beta.float()
 
 
 def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log=None, dt_bias=None,
                       use_qk_l2norm=True, scale=None, slot_idx=None, pad_slot_id=PAD_SLOT_ID, out=None):
-    """One ReplaySSM decode step over a GdnStatePool. q, k [b, H, K]; v [b, HV, V]. Returns y [b, HV, V]."""
-    _check(v.dtype == pool.cfg.act_dtype, f"v has dtype {dtype_name(v.dtype)} but the pool's act_dtype is "
-                                          f"{dtype_name(pool.cfg.act_dtype)}")
-    if slot_idx is None:
-        _check(v.shape[0] <= pool.num_slots, f"batch={v.shape[0]} exceeds the pool's {pool.num_slots} slots "
-                                             f"and no slot_idx was given")
-    qp, kp, g, beta = _prepare(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out)
-    return gdn_replay_decode_reference(pool, qp, kp, v, g, beta, slot_idx, pad_slot_id, out)
+    """One ReplaySSM decode step over a GdnStatePool. q, k [b, H, K]; v [b, HV, V]; g, beta [b, HV] (KDA: g
+    [b, HV, K]) or raw a, b with A_log, dt_bias [HV]; slot_idx [b] int32 or None. Returns y [b, HV, V].
+
+    Each row reads its slot's cursor on the device: rows with fewer than L-1 records take the output-only route
+    and append their record (u, k, g); rows at L-1 records flush (rebuild and store the checkpoint, empty ring).
+    """
+    _check(isinstance(v, torch.Tensor) and v.dtype == pool.cfg.act_dtype,
+           f"v has dtype {dtype_name(getattr(v, 'dtype', None))} but the pool's act_dtype is "
+           f"{dtype_name(pool.cfg.act_dtype)}")
+    _check(v.device == pool.device, f"v is on {v.device} but the pool is on {pool.device}")
+    if v.device.type == "cuda" and pool.cfg.read_format != "none" and not pool.shape.per_channel_decay:
+        raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
+                                  "only so far (CPU tensors); the GDN kernels do not read them yet")
+    qp, kp, g, beta = _prepare(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx,
+                               out, pool.checkpoint)
+    y = torch.empty_like(v) if out is None else out
+    if v.shape[0] == 0:  # an empty batch launches nothing
+        return y
+    if v.device.type != "cuda":
+        return gdn_replay_decode_reference(pool, qp, kp, v, g, beta, slot_idx, pad_slot_id, y)
+    p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, qp, kp, v, g, beta, y, slot_idx, pad_slot_id,
+                            pool.ring_u, pool.ring_k, pool.ring_g, pool.cursor, pool.buffer_len)
+    kernels.launch(p, v.device)
+    return y
 
 
 def gdn_conventional_decode(state, shape: GdnLayerShape, q, k, v, *, g=None, beta=None, a=None, b=None, A_log=None,
                             dt_bias=None, use_qk_l2norm=True, scale=None, slot_idx=None, pad_slot_id=PAD_SLOT_ID,
                             out=None):
-    """One conventional decode step on state [slots, HV, V, K]; arguments as gdn_replay_decode."""
+    """One conventional decode step (load, update, store) on state [slots, HV, V, K] (a pool's checkpoint);
+    arguments as gdn_replay_decode."""
     shape.validate()
     want = (shape.num_v_heads, shape.head_v_dim, shape.head_k_dim)
-    _check(tuple(state.shape[1:]) == want, f"state has shape {tuple(state.shape)}, expected [slots, *{want}]")
-    qp, kp, g, beta = _prepare(shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out)
-    return gdn_conventional_decode_reference(state, qp, kp, v, g, beta, slot_idx, pad_slot_id, out)
+    _check(isinstance(state, torch.Tensor) and state.dim() == 4 and tuple(state.shape[1:]) == want,
+           f"state has shape {tuple(getattr(state, 'shape', ()))}, expected [slots, *{want}]")
+    qp, kp, g, beta = _prepare(shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out,
+                               state)
+    y = torch.empty_like(v) if out is None else out
+    if v.shape[0] == 0:
+        return y
+    if v.device.type != "cuda":
+        return gdn_conventional_decode_reference(state, qp, kp, v, g, beta, slot_idx, pad_slot_id, y)
+    p = kernels.fill_params(kernels.CONVENTIONAL, state, qp, kp, v, g, beta, y, slot_idx, pad_slot_id)
+    kernels.launch(p, v.device)
+    return y

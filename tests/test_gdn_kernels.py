@@ -1,0 +1,319 @@
+"""GPU tests of the Gated DeltaNet decode kernels against the PyTorch reference and the fp64 recurrence.
+
+Tolerances (norm-relative, one table): the kernel and the reference differ only in summation order (e^E (S0 k)
+against S0 (e^E k), ring terms summed in another order) and in which side of a rounding boundary a stored value
+(checkpoint at flush, u record, y) lands, so the error is bounded by about two ulps of the coarsest dtype the
+step stores (fp32 gets 2e-5 for summation order over <= 64 terms). Against the fp64 recurrence, fp32 gets 5e-5
+(fp32 arithmetic over <= L replayed terms, as the CPU reference test).
+"""
+
+import pytest
+import torch
+
+from conftest import poisoned
+from gdn_cases import clone_pool, fold_ring, gate_params, random_pool, raw_step_inputs, step_inputs
+from mamba2_cases import rel_err, slot_map
+from trtllm_replayssm import _lib
+from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
+from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
+from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_step, prepare_qk
+from trtllm_replayssm.ops.gdn.replay_reference import (gdn_conventional_decode_reference,
+                                                       gdn_replay_decode_reference)
+from trtllm_replayssm.pool import GdnStatePool
+
+
+def _has_gdn_kernels():
+    return _lib.available() and _lib.has_symbol(_lib.load(), "rssm_gdn_decode")
+
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not _has_gdn_kernels(), reason="kernel library built without the GDN kernels")]
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+TOL = {F32: 2e-5, F16: 2e-3, BF16: 1.6e-2}
+TOL_FP64 = 5e-5
+EPS_ORDER = [F32, F16, BF16]
+DEV = torch.device("cuda")
+PREPARED = dict(use_qk_l2norm=False, scale=1.0)  # the inputs are prepared already: the op passes them through
+
+
+def tol(state_dtype, act_dtype):
+    return TOL[max(state_dtype, act_dtype, key=EPS_ORDER.index)]
+
+
+DTYPE_PAIRS = [(s, a) for s in (F32, F16, BF16) for a in (F32, F16, BF16)]
+BASE = (2, 4, 128, 128)  # H, HV, K, V
+
+
+def _id(v):
+    if isinstance(v, tuple) and len(v) == 2 and all(isinstance(d, torch.dtype) for d in v):
+        return f"state_{dtype_name(v[0])}-act_{dtype_name(v[1])}"
+    if isinstance(v, tuple) and len(v) == 4:
+        return "H{}-HV{}-K{}-V{}".format(*v)
+    return None
+
+
+CASES = (
+    [(pair, BASE, 16) for pair in DTYPE_PAIRS]
+    + [((F32, BF16), (1, 2, 64, 64), 1), ((BF16, BF16), (1, 2, 64, 64), 64), ((F32, BF16), (2, 8, 128, 256), 4),
+       ((F16, F16), (2, 8, 256, 128), 16), ((F32, F32), BASE, 64), ((F32, F16), (1, 4, 256, 64), 4),
+       ((BF16, F32), (2, 4, 64, 256), 16)]
+)
+
+
+def _wide(t, extra):
+    """The same values as `t` [b, n, ...] in a view whose batch stride is larger (a slice of a projection)."""
+    big = torch.randn(t.shape[0], t.shape[1] + extra, *t.shape[2:], device=t.device).to(t.dtype)
+    big[:, :t.shape[1]] = t
+    return big[:, :t.shape[1]]
+
+
+def _inputs(shape, batch, act_dtype):
+    return step_inputs(shape, batch, act_dtype, DEV)
+
+
+@pytest.mark.parametrize("dtypes, dims, L", CASES, ids=_id)
+def test_replay_kernel_matches_reference(dtypes, dims, L):
+    """3L+3 steps from desynchronised cursors and origins, shuffled slots, a padding row, fresh inputs each step
+    (on odd steps v, g, beta and out are views with a wider batch stride): y, checkpoint, ring and cursors follow
+    the reference; checkpoints of non-flush rows stay bit-identical; padded rows and unused slots are untouched;
+    every non-padded output is written and nothing outside `out`'s view is."""
+    state_dtype, act_dtype = dtypes
+    shape = GdnLayerShape(*dims)
+    HV, V = shape.num_v_heads, shape.head_v_dim
+    pool = random_pool(shape, 9, ReplayConfig(L, state_dtype, act_dtype), DEV)
+    ref = clone_pool(pool)
+    batch = 6
+    for step in range(3 * L + 3):
+        slots = slot_map(batch, 9, n_pad=1, device=DEV)
+        q, k, v, g, beta = _inputs(shape, batch, act_dtype)
+        out_big = poisoned((batch, HV + 2 * (step % 2), V), act_dtype, DEV)
+        out = out_big[:, :HV]
+        if step % 2:
+            v, g, beta = _wide(v, 3), _wide(g, 5), _wide(beta, 1)
+        before = clone_pool(pool)
+        gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+        y_ref = gdn_replay_decode_reference(ref, q, k, v, g, beta, slots)
+        live = slots >= 0
+        assert not torch.isnan(out[live]).any(), f"step {step}: output not fully written"
+        assert torch.isnan(out[~live]).all(), f"step {step}: padded row written"
+        assert torch.isnan(out_big[:, HV:]).all(), f"step {step}: written outside out's view"
+        assert rel_err(out[live], y_ref[live]) < tol(*dtypes), f"step {step}: y off the reference"
+        assert torch.equal(pool.cursor, ref.cursor), f"step {step}: cursors differ from the reference"
+        used = set(slots[live].tolist())
+        hist_before = before.history()
+        for s in range(9):
+            if s not in used:
+                for name, t in pool.buffers.items():
+                    assert torch.equal(t[s], before.buffers[name][s]), f"step {step}: unused slot {s} {name}"
+            elif int(hist_before[s]) < L - 1:
+                assert torch.equal(pool.checkpoint[s], before.checkpoint[s]), \
+                    f"step {step}: checkpoint of non-flush slot {s} changed"
+        assert torch.equal(pool.ring_k, ref.ring_k), f"step {step}: ring k records differ"
+        assert torch.equal(pool.ring_g, ref.ring_g), f"step {step}: ring g records differ"
+        assert rel_err(pool.ring_u, ref.ring_u) < tol(*dtypes), f"step {step}: ring u records differ"
+        assert rel_err(pool.checkpoint, ref.checkpoint) < tol(*dtypes), f"step {step}: checkpoint differs"
+
+
+@pytest.mark.parametrize("L", [4, 16])
+def test_replay_kernel_matches_fp64_recurrence(L):
+    """fp32 state and activations, raw q, k and gates prepared by the op: outputs track the fp64 sequential
+    recurrence over 3L+40 steps, and checkpoint + ring hold the recurrence's state at the end."""
+    shape = GdnLayerShape(2, 8, 128, 128)
+    pool = random_pool(shape, 8, ReplayConfig(L, F32, F32), DEV)
+    states = fold_ring(pool)
+    A_log, dt_bias = gate_params(shape, DEV)
+    for step in range(3 * L + 40):
+        slots = slot_map(6, 8, n_pad=1, device=DEV)
+        q, k, v, a, b = raw_step_inputs(shape, 6, F32, DEV)
+        y = gdn_replay_decode(pool, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots)
+        qp, kp = prepare_qk(q, k)  # as the op prepares them (fp32, same device): the kernel's exact inputs
+        g, beta = gdn_gating(a, b, A_log, dt_bias)
+        for row, s in enumerate(slots.tolist()):
+            if s < 0:
+                continue
+            y64, st = gdn_step(states[s:s + 1], *(t[row:row + 1].double().cpu() for t in (qp, kp, v, g, beta)))
+            states[s] = st[0]
+            assert rel_err(y[row].cpu(), y64[0]) < TOL_FP64, f"step {step} row {row}"
+    assert rel_err(fold_ring(pool), states) < TOL_FP64, "pool state off the recurrence"
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=_id)
+def test_replay_l1_equals_conventional_kernel_bitwise(dtypes):
+    """L=1: every step flushes an empty ring, so the replay kernel must equal the conventional kernel exactly."""
+    state_dtype, act_dtype = dtypes
+    shape = GdnLayerShape(*BASE)
+    pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype), DEV, desync=False)
+    state = pool.checkpoint.clone()
+    for step in range(4):
+        slots = slot_map(4, 5, n_pad=1, device=DEV)
+        q, k, v, g, beta = _inputs(shape, 4, act_dtype)
+        y1 = gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, **PREPARED)
+        y2 = gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, slot_idx=slots, **PREPARED)
+        live = slots >= 0
+        assert torch.equal(y1[live], y2[live]), f"step {step}: y"
+        assert torch.equal(pool.checkpoint, state), f"step {step}: state"
+
+
+CONV_CASES = [(pair, BASE) for pair in DTYPE_PAIRS] + [
+    ((F32, BF16), (1, 2, 64, 64)), ((BF16, F16), (2, 8, 128, 256)), ((F16, BF16), (2, 8, 256, 128)),
+    ((F32, F32), (4, 4, 256, 256))]
+
+
+@pytest.mark.parametrize("dtypes, dims", CONV_CASES, ids=_id)
+def test_conventional_kernel_matches_reference(dtypes, dims):
+    """Four steps on 5 of 7 slots (2 padding rows, shuffled): y and state follow the reference, padded rows and
+    unused slots untouched, every live output written."""
+    state_dtype, act_dtype = dtypes
+    shape = GdnLayerShape(*dims)
+    HV, V, K = shape.num_v_heads, shape.head_v_dim, shape.head_k_dim
+    state = (torch.randn(7, HV, V, K, device=DEV) * 0.5).to(state_dtype)
+    ref_state = state.clone()
+    for step in range(4):
+        slots = slot_map(5, 7, n_pad=2, device=DEV)
+        q, k, v, g, beta = _inputs(shape, 5, act_dtype)
+        if step % 2:
+            v, g, beta = _wide(v, 1), _wide(g, 2), _wide(beta, 3)
+        before = state.clone()
+        out = poisoned((5, HV, V), act_dtype, DEV)
+        gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+        y_ref = gdn_conventional_decode_reference(ref_state, q, k, v, g, beta, slots)
+        live = slots >= 0
+        assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), f"step {step}: out rows"
+        assert rel_err(out[live], y_ref[live]) < tol(*dtypes), f"step {step}: y"
+        assert rel_err(state, ref_state) < tol(*dtypes), f"step {step}: state"
+        unused = [s for s in range(7) if s not in set(slots[live].tolist())]
+        assert torch.equal(state[unused], before[unused]), f"step {step}: unused slots changed"
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["replay", "conventional"])
+def test_padding_and_out_of_range_rows_touch_nothing(replay):
+    """Rows with the pad id or a slot index outside [0, num_slots) are skipped: no output, no pool write."""
+    shape = GdnLayerShape(*BASE)
+    pool = random_pool(shape, 6, ReplayConfig(4, F32, BF16), DEV)
+    slots = torch.tensor([3, -1, 6, 0, 40, -5], dtype=torch.int32, device=DEV)
+    q, k, v, g, beta = _inputs(shape, 6, BF16)
+    before = clone_pool(pool)
+    out = poisoned(tuple(v.shape), BF16, DEV)
+    if replay:
+        gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+    else:
+        gdn_conventional_decode(pool.checkpoint, shape, q, k, v, g=g, beta=beta, slot_idx=slots, out=out,
+                                **PREPARED)
+    assert not torch.isnan(out[[0, 3]]).any(), "live rows not written"
+    assert torch.isnan(out[[1, 2, 4, 5]]).all(), "skipped rows written"
+    for name, t in pool.buffers.items():
+        assert torch.equal(t[[1, 2, 4, 5]], before.buffers[name][[1, 2, 4, 5]]), f"{name} of an unused slot changed"
+    changed = pool.cursor if replay else pool.checkpoint
+    assert not torch.equal(changed[[0, 3]], (before.cursor if replay else before.checkpoint)[[0, 3]]), \
+        "live rows did not step"
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["replay", "conventional"])
+def test_empty_batch_launches_nothing(replay):
+    shape = GdnLayerShape(*BASE)
+    pool = random_pool(shape, 3, ReplayConfig(4, F32, BF16), DEV)
+    before = clone_pool(pool)
+    q, k, v, g, beta = _inputs(shape, 0, BF16)
+    if replay:
+        y = gdn_replay_decode(pool, q, k, v, g=g, beta=beta, **PREPARED)
+    else:
+        y = gdn_conventional_decode(pool.checkpoint, shape, q, k, v, g=g, beta=beta, **PREPARED)
+    torch.cuda.synchronize()
+    assert y.shape == (0, 4, 128)
+    for name, t in pool.buffers.items():
+        assert torch.equal(t, before.buffers[name]), name
+
+
+def test_replay_step_captured_in_cuda_graph():
+    """One replay step (gating and q/k preparation included) captured once and replayed 2L+3 times with new
+    inputs and no host sync: equal bit for bit to the same steps run eagerly, and within tolerance of the
+    reference; the cursor lives and advances on the device."""
+    L = 6
+    shape = GdnLayerShape(*BASE)
+    pool = random_pool(shape, 6, ReplayConfig(L, F32, BF16), DEV)
+    eager, ref = clone_pool(pool), clone_pool(pool)
+    A_log, dt_bias = gate_params(shape, DEV)
+    slots = slot_map(5, 6, n_pad=1, device=DEV)
+    static = list(raw_step_inputs(shape, 5, BF16, DEV))
+    out = torch.empty_like(static[2])
+
+    def step(p, o=None):
+        q, k, v, a, b = static
+        return gdn_replay_decode(p, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots, out=o)
+
+    step(clone_pool(pool), out)  # warm-up on a throwaway pool: library loaded, kernels resolved
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(pool, out)
+    live = slots >= 0
+    for i in range(2 * L + 3):
+        for dst, src in zip(static, raw_step_inputs(shape, 5, BF16, DEV)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        y_eager = step(eager)
+        q, k, v, a, b = static
+        qp, kp = prepare_qk(q, k)
+        g, beta = gdn_gating(a, b, A_log, dt_bias)
+        y_ref = gdn_replay_decode_reference(ref, qp.to(BF16), kp.to(BF16), v, g, beta, slots)
+        assert torch.equal(out[live], y_eager[live]), f"replay {i}: graph and eager outputs differ"
+        for name, t in pool.buffers.items():
+            assert torch.equal(t, eager.buffers[name]), f"replay {i}: graph and eager {name} differ"
+        assert rel_err(out[live], y_ref[live]) < tol(F32, BF16), f"replay {i}"
+        assert torch.equal(pool.cursor, ref.cursor), f"replay {i}: cursor"
+
+
+# ---- Refusals: clear errors before anything is written ----
+
+def _refusal_case(**cfg):
+    shape = GdnLayerShape(*BASE, per_channel_decay=cfg.pop("kda", False))
+    pool = GdnStatePool(shape, 4, ReplayConfig(4, F32, BF16, **cfg), device=DEV)
+    pool.checkpoint.normal_()
+    q, k, v, g, beta = _inputs(GdnLayerShape(*BASE), 3, BF16)
+    if shape.per_channel_decay:
+        g = g[..., None].expand(3, 4, 128).contiguous()
+    return pool, dict(q=q, k=k, v=v, g=g, beta=beta)
+
+
+def _strided_last(t):
+    """Same shape, stride 2 in the last dimension."""
+    return torch.stack([t, t], dim=-1)[..., 0]
+
+
+@pytest.mark.parametrize("cfg, mutate, error, match", [
+    (dict(kda=True), None, NotImplementedError, "KDA kernels are not implemented yet; pass CPU tensors"),
+    (dict(read_format="fp16"), None, NotImplementedError, "read_format=fp16: read copies"),
+    (dict(read_format="nvfp4"), None, NotImplementedError, "read_format=nvfp4: read copies"),
+    ({}, lambda d: d.update(v=_strided_last(d["v"])), ValueError, "v must be contiguous in its last dimension"),
+    ({}, lambda d: d.update(g=_strided_last(d["g"])), ValueError, "g must be contiguous in its last dimension"),
+    ({}, lambda d: d.update(out=_strided_last(torch.empty_like(d["v"]))), ValueError,
+     "out must be contiguous in its last dimension"),
+    ({}, lambda d: d.update(v=torch.randn(3 * 4 * 128 + 1, device=DEV).to(BF16)[1:].view(3, 4, 128)), ValueError,
+     "v rows must be 16-byte aligned"),
+    ({}, lambda d: d.update(g=d["g"].cpu()), ValueError, r"g is on cpu, expected cuda:\d"),
+    ({}, lambda d: d.update(slot_idx=torch.tensor([0, 1, 2], dtype=torch.int32)), ValueError,
+     r"slot_idx is on cpu, expected cuda:\d"),
+    ({}, lambda d: d.update({n: d[n].cpu() for n in d}), ValueError, r"v is on cpu but the pool is on cuda:\d"),
+], ids=["kda", "read_copy_fp16", "read_copy_nvfp4", "v_strided", "g_strided", "out_strided", "v_misaligned",
+        "g_on_cpu", "slot_idx_on_cpu", "pool_on_other_device"])
+def test_replay_refuses_what_the_kernels_cannot_do(cfg, mutate, error, match):
+    pool, d = _refusal_case(**cfg)
+    if mutate:
+        mutate(d)
+    before = clone_pool(pool)
+    with pytest.raises(error, match=match):
+        gdn_replay_decode(pool, d.pop("q"), d.pop("k"), d.pop("v"), **d, **PREPARED)
+    for name, t in pool.buffers.items():
+        assert torch.equal(t, before.buffers[name]), f"{name} changed on a refused call"
+
+
+def test_conventional_refuses_kda_and_state_on_another_device():
+    q, k, v, g, beta = _inputs(GdnLayerShape(*BASE), 3, BF16)
+    kda = GdnLayerShape(*BASE, per_channel_decay=True)
+    g_kda = g[..., None].expand(3, 4, 128).contiguous()
+    with pytest.raises(NotImplementedError, match="KDA kernels are not implemented yet; pass CPU tensors"):
+        gdn_conventional_decode(torch.zeros(3, 4, 128, 128, device=DEV), kda, q, k, v, g=g_kda, beta=beta)
+    with pytest.raises(ValueError, match=r"state is on cpu, expected cuda:\d"):
+        gdn_conventional_decode(torch.zeros(3, 4, 128, 128), GdnLayerShape(*BASE), q, k, v, g=g, beta=beta)
