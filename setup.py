@@ -62,7 +62,10 @@ setup(
     package_data={"trtllm_replayssm.configs": ["*.json"]},
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "numpy"],
-    extras_require={"test": ["pytest"]},
+    extras_require={
+        "builder": ["transformers>=5.17,<6"],
+        "test": ["pytest", "transformers>=5.17,<6"],
+    },
     ext_modules=[CMakeExtension("trtllm_replayssm.lib.libreplayssm", ROOT / "plugins")],
     cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},

@@ -22,7 +22,8 @@ def register(sub):
 
 def main(args) -> int:
     if not args.dry_run:
-        raise SystemExit("build: only --dry-run is available so far (the rewrite is not implemented yet)")
+        raise SystemExit("build: only --dry-run is available so far: compiling an engine is not implemented yet "
+                         "(the PyTorch rewrite of a loaded model is builder.rewrite; see examples/rewrite_decode.py)")
     model = analyze(load_config(args.model))
     print(format_plan(model, ReplayConfig(args.buffer_len, args.state_dtype, args.act_dtype)))
     return 0
