@@ -2,6 +2,7 @@
 // `trtexec --dynamicPlugins` expect them. The library does not link libnvinfer.
 #include <cstdio>
 
+#include "gdn_decode_plugin.h"
 #include "mamba2_decode_plugin.h"
 
 #define RSSM_TRT_EXPORT extern "C" __attribute__((visibility("default")))
@@ -27,7 +28,8 @@ RSSM_TRT_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) { replayss
 
 RSSM_TRT_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) {
   static replayssm::trt::Mamba2DecodeCreator mamba2_decode;
-  static nvinfer1::IPluginCreatorInterface* const creators[] = {&mamba2_decode};
+  static replayssm::trt::GdnDecodeCreator gdn_decode;
+  static nvinfer1::IPluginCreatorInterface* const creators[] = {&mamba2_decode, &gdn_decode};
   nbCreators = static_cast<int32_t>(sizeof(creators) / sizeof(creators[0]));
   return creators;
 }
