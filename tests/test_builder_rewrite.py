@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers")
 from builder.decode_loop import SlotAllocator, greedy_decode  # noqa: E402
 from builder.rewrite import RewriteError, rewrite  # noqa: E402
 from trtllm_replayssm.config import ReplayConfig  # noqa: E402
+from trtllm_replayssm.model_config import analyze  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [11, 12, 13]]
 STEPS, L, LOGIT_TOL = 14, 4, 1e-4
@@ -112,6 +113,19 @@ def test_rewritten_model_decodes_like_transformers(name):
     again = greedy_decode(model, PROMPTS, STEPS)
     assert torch.equal(again.logits, ref.logits)
     assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_dry_run_plan_matches_the_model(name):
+    """The plan read from the model's config alone (what `build --dry-run` prints) names exactly the layers the
+    rewrite finds in the instantiated model, with the same shapes."""
+    model = make_model(name)
+    plan = analyze(model.config.to_dict())
+    rw = rewrite(model, ReplayConfig(L, "fp32", "fp32"), num_slots=2)
+    planned = {layer.index: layer.shape for layer in plan.layers if layer.kind in ("mamba2", "gdn")}
+    found = {idx: layer.pool.shape for idx, layer in rw.layers.items()}
+    rw.undo()
+    assert planned == found
 
 
 def test_undo_restores_the_modeling_functions():

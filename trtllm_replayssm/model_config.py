@@ -2,7 +2,7 @@
 DeltaNet, attention, MLP or MoE, with the shapes the pools and the planner need.
 
 Supported model types: nemotron_h (Nemotron-H / Nemotron-3: `hybrid_override_pattern`, M = Mamba-2,
-* = attention, - = MLP, E = MoE), qwen3_5 / qwen3_5_moe (fields under `text_config`, `layer_types`),
+* = attention, - = MLP, E = MoE; or the `layers_block_type` list newer transformers versions save), qwen3_5 / qwen3_5_moe (fields under `text_config`, `layer_types`),
 qwen3_next (`layer_types` or `full_attention_interval`). Anything else, or an unsupported head shape, is
 refused with a message that names the field and its value.
 """
@@ -82,8 +82,21 @@ def _checked(shape, what: str):
     return shape
 
 
+# Layer names of `layers_block_type`, the form transformers >= 5 saves instead of hybrid_override_pattern.
+_NEMOTRON_BLOCK_TYPES = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*",
+                         "mlp": "-", "moe": "E"}
+
+
 def _nemotron_h(cfg: dict) -> list:
-    pattern = _field(cfg, "hybrid_override_pattern")
+    if "hybrid_override_pattern" not in cfg and isinstance(cfg.get("layers_block_type"), list):
+        blocks = cfg["layers_block_type"]
+        unknown = [b for b in blocks if b not in _NEMOTRON_BLOCK_TYPES]
+        if unknown:
+            raise ValueError(f"layers_block_type has layer type {unknown[0]!r} "
+                             f"(supported: {', '.join(_NEMOTRON_BLOCK_TYPES)})")
+        pattern = "".join(_NEMOTRON_BLOCK_TYPES[b] for b in blocks)
+    else:
+        pattern = _field(cfg, "hybrid_override_pattern")
     mamba = _checked(Mamba2LayerShape(nheads=_field(cfg, "mamba_num_heads"), head_dim=_field(cfg, "mamba_head_dim"),
                                       dstate=_field(cfg, "ssm_state_size"), ngroups=_field(cfg, "n_groups")),
                      "Mamba-2 layers")
