@@ -97,7 +97,8 @@ struct IOTable {
 };
 
 // Family traits F provide:
-//   using Config; enum Role { ..., kRoles }; static constexpr kName, kVersion; static kFields (FieldSpec table);
+//   using Config; enum Role { ..., kRoles }; static constexpr kName, kVersion, kRoleNames (input names by role);
+//   static kFields (FieldSpec table);
 //   static IOTable<kRoles> make_io(Config const&);
 //   static nvinfer1::DataType role_type(int role, Config const&);
 //   static constexpr int kOutputShapeRole;  // y has this input's shape

@@ -22,6 +22,8 @@ struct GdnDecode {
   static constexpr char const* kVersion = "1";
   static constexpr int kOutputShapeRole = V;  // y [b, HV, V]
   static std::array<FieldSpec<Config>, 9> const kFields;
+  static constexpr std::array<char const*, kRoles> kRoleNames = {
+      "q", "k", "v", "g", "beta", "slot_idx", "state", "ring_u", "ring_k", "ring_g", "cursor"};
 
   static IOTable<kRoles> make_io(Config const& cfg);
   static nvinfer1::DataType role_type(int role, Config const& cfg);

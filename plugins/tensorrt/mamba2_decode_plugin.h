@@ -23,6 +23,8 @@ struct Mamba2Decode {
   static constexpr char const* kVersion = "1";
   static constexpr int kOutputShapeRole = X;  // y [b, H, P]
   static std::array<FieldSpec<Config>, 13> const kFields;
+  static constexpr std::array<char const*, kRoles> kRoleNames = {
+      "x", "dt", "B", "C", "z", "A", "D", "dt_bias", "slot_idx", "state", "ring_x", "ring_B", "ring_dt", "cursor"};
 
   static IOTable<kRoles> make_io(Config const& cfg);
   static nvinfer1::DataType role_type(int role, Config const& cfg);

@@ -144,13 +144,34 @@ static void check_family(DecodeCreator<F>& creator, Fields replay, char const* n
   CHECK(create(creator, missing) == nullptr);
 }
 
-int main() {
+// Prints the input names of a plugin configuration in the plugin's order (for the Python binding's check).
+template <typename F>
+static void print_inputs(DecodeCreator<F>& creator, Fields f, char const* label) {
+  auto plugin = create(creator, f);
+  if (!plugin) return;
+  std::printf("%s:", label);
+  for (int32_t pos = 0; pos < plugin->io().nb_inputs; ++pos) std::printf(" %s", F::kRoleNames[plugin->io().role_of(pos)]);
+  std::printf("\n");
+}
+
+int main(int argc, char** argv) {
   int32_t n = 0;
   IPluginCreatorInterface* const* creators = getCreators(n);
   CHECK(n == 2 && creators && creators[0] && creators[1]);
   if (n != 2) return 1;
   auto& mamba2 = *static_cast<DecodeCreator<Mamba2Decode>*>(creators[0]);
   auto& gdn = *static_cast<DecodeCreator<GdnDecode>*>(creators[1]);
+  if (argc > 1 && std::strcmp(argv[1], "--inputs") == 0) {
+    Fields m{{{"nheads", 8}, {"head_dim", 64}, {"dstate", 64}, {"ngroups", 2}}};
+    Fields g{{{"num_k_heads", 2}, {"num_v_heads", 4}, {"head_k_dim", 64}, {"head_v_dim", 64}}};
+    print_inputs(mamba2, m.with("mode", 1), "mamba2 replay z D dt_bias");
+    print_inputs(mamba2, m.with("mode", 0).with("has_z", 0).with("has_D", 0).with("has_dt_bias", 0),
+                 "mamba2 conventional");
+    print_inputs(mamba2, m.with("mode", 1).with("has_D", 0), "mamba2 replay z dt_bias");
+    print_inputs(gdn, g.with("mode", 1), "gdn replay");
+    print_inputs(gdn, g.with("mode", 0), "gdn conventional");
+    return 0;
+  }
 
   // Mamba-2: x dt B C z A D dt_bias slot_idx state ring_x ring_B ring_dt cursor; y + 5 pool buffers.
   Fields super_replay{{{"nheads", 128}, {"head_dim", 64}, {"dstate", 128}, {"ngroups", 8}, {"buffer_len", 16},
