@@ -15,6 +15,15 @@ def test_run_on_bundled_config_agrees_with_conventional(capsys):
     assert err < 1e-5, out  # fp32 both ways: differences are summation order only
 
 
+def test_run_on_a_gdn_config_agrees_with_conventional(capsys):
+    assert main(["run", "--config", "qwen3_5_4b", "--steps", "6", "--buffer-len", "2", "--batch", "2",
+                 "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "SSM layers (gdn)" in out
+    err = float(re.search(r"vs conventional .*: ([0-9.e+-]+)", out).group(1))
+    assert err < 1e-5, out  # fp32 both ways: differences are summation order only
+
+
 def test_bundled_config_layers():
     layers = mamba2_layers(load_config())
     assert [l.index for l in layers] == [0, 2, 4, 6]
