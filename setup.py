@@ -41,9 +41,9 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", str(build_dir), "--parallel", jobs], check=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / "libreplayssm.so", target)
-        # The TensorRT plugin library and its host test, when TensorRT's headers were found. They are not Python
+        # The TensorRT plugin library and its test drivers, when TensorRT's headers were found. They are not Python
         # extensions: copy them beside the kernel library, and into the source tree for editable installs.
-        for extra in ("libreplayssm_trt.so", "replayssm_trt_host_test"):
+        for extra in ("libreplayssm_trt.so", "replayssm_trt_host_test", "replayssm_trt_gpu_test"):
             if (build_dir / extra).exists():
                 for folder in {target.parent, ROOT / "trtllm_replayssm" / "lib"}:
                     shutil.copy2(build_dir / extra, folder / extra)

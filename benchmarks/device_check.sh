@@ -13,6 +13,9 @@ out=${1:?output folder}; shift
 export PYTHONUNBUFFERED=1
 fla_wheel=.cache/wheels/fla_core-0.6.0-py3-none-any.whl
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+# The TensorRT plugins and their GPU driver too, when TensorRT's headers were carried (.cache/trt/include-*).
+trt_inc=$(ls -d .cache/trt/include-11 2>/dev/null || ls -d .cache/trt/include-* 2>/dev/null | head -1)
+[ -n "$trt_inc" ] && export RSSM_TENSORRT_INCLUDE_DIR="$PWD/$trt_inc"
 python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3 || exit 1
 python3 -m pytest -q --maxfail=4 tests 2>&1 | tee "$out/tests.log" | tail -25
 python3 benchmarks/bench_mamba2.py --mamba-ssm-sdist .cache/mamba_ssm.tar.gz --out "$out/mamba2_decode.md" \
