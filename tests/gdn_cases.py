@@ -56,10 +56,7 @@ def random_pool(shape, num_slots, cfg: ReplayConfig, device, desync=True):
 
 
 def clone_pool(pool: GdnStatePool, device=None) -> GdnStatePool:
-    other = GdnStatePool(pool.shape, pool.num_slots, pool.cfg, device=device or pool.device)
-    for name, t in pool.buffers.items():
-        other.buffers[name].copy_(t)
-    return other
+    return pool.clone(device)
 
 
 def fold_ring(pool) -> torch.Tensor:

@@ -43,10 +43,7 @@ def random_pool(shape, num_slots, cfg: ReplayConfig, device, desync=True):
 
 
 def clone_pool(pool: Mamba2StatePool, device=None) -> Mamba2StatePool:
-    other = Mamba2StatePool(pool.shape, pool.num_slots, pool.cfg, device=device or pool.device)
-    for name, t in pool.buffers.items():
-        other.buffers[name].copy_(t)
-    return other
+    return pool.clone(device)
 
 
 def slot_map(batch, num_slots, n_pad, device, generator=None):

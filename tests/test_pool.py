@@ -70,3 +70,20 @@ def test_rejects_bad_config(kwargs, match):
 def test_rejects_unsupported_shape(shape, match):
     with pytest.raises(ValueError, match=match):
         Mamba2StatePool(shape, 2)
+
+
+def test_clone_is_independent_and_equal():
+    from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
+    from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
+
+    for pool in (Mamba2StatePool(Mamba2LayerShape(4, 64, 64, 2), 3, ReplayConfig(4, "fp32", "bf16")),
+                 GdnStatePool(GdnLayerShape(2, 4, 64, 64), 3, ReplayConfig(4, "fp32", "bf16"))):
+        for t in pool.buffers.values():
+            if t.is_floating_point():
+                t.copy_(torch.randn(t.shape))
+        other = pool.clone()
+        assert type(other) is type(pool) and other.cfg == pool.cfg
+        assert all(torch.equal(other.buffers[n], t) and other.buffers[n].data_ptr() != t.data_ptr()
+                   for n, t in pool.buffers.items())
+        other.checkpoint.add_(1.0)
+        assert not torch.equal(other.checkpoint, pool.checkpoint)

@@ -159,6 +159,13 @@ class StatePool:
         self.write_read_copy(slot, self.checkpoint[slot] if state is None else state)
         self.cursor[slot].zero_()
 
+    def clone(self, device=None) -> "StatePool":
+        """An independent pool with the same shape, configuration and contents (on `device`, default the same)."""
+        other = type(self)(self.shape, self.num_slots, self.cfg, device=device or self.device)
+        for name, t in self.buffers.items():
+            other.buffers[name].copy_(t)
+        return other
+
     def write_read_copy(self, slot: int, state: torch.Tensor) -> None:
         """Refreshes the slot's read copy (if the config has one) from a high-precision state."""
         fmt = self.cfg.read_format
