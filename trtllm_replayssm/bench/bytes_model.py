@@ -16,13 +16,18 @@ def mamba2_conventional_bytes(shape: Mamba2LayerShape, state_bytes: int, act_byt
     return 2 * H * P * N * state_bytes + mamba2_io_bytes(shape, act_bytes)
 
 
+def replay_amortised_bytes(state: int, record: int, io: int, L: int) -> float:
+    """Average over the L phases of a row: the checkpoint (`state` bytes) read every step and written on 1 step
+    in L; the ring window (mean (L-1)/2 records of `record` bytes) read; one record written on L-1 steps in L;
+    the step's inputs and outputs (`io`)."""
+    return state * (1 + 1 / L) + record * ((L - 1) / 2 + (L - 1) / L) + io
+
+
 def mamba2_replay_amortised_bytes(shape: Mamba2LayerShape, L: int, state_bytes: int, act_bytes: int) -> float:
-    """Average over the L phases of a row: checkpoint read every step, written on 1 step in L; the ring window
-    (mean (L-1)/2 records of x, B, dt) read; one record written on L-1 steps in L."""
+    """Records: x, B (activation dtype) and dt (fp32)."""
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
-    state = H * P * N * state_bytes
     record = act_bytes * (H * P + G * N) + 4 * H
-    return state * (1 + 1 / L) + record * ((L - 1) / 2 + (L - 1) / L) + mamba2_io_bytes(shape, act_bytes)
+    return replay_amortised_bytes(H * P * N * state_bytes, record, mamba2_io_bytes(shape, act_bytes), L)
 
 
 def gdn_io_bytes(shape: GdnLayerShape, act_bytes: int) -> int:
@@ -39,9 +44,7 @@ def gdn_conventional_bytes(shape: GdnLayerShape, state_bytes: int, act_bytes: in
 
 
 def gdn_replay_amortised_bytes(shape: GdnLayerShape, L: int, state_bytes: int, act_bytes: int) -> float:
-    """Average over the L phases of a row: checkpoint read every step, written on 1 step in L; the ring window
-    (mean (L-1)/2 records of u, k, g) read; one record written on L-1 steps in L."""
+    """Records: u, k (activation dtype) and g (fp32; [HV, K] for KDA)."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
-    state = HV * V * K * state_bytes
     record = act_bytes * (HV * V + H * K) + 4 * (HV * K if shape.per_channel_decay else HV)
-    return state * (1 + 1 / L) + record * ((L - 1) / 2 + (L - 1) / L) + gdn_io_bytes(shape, act_bytes)
+    return replay_amortised_bytes(HV * V * K * state_bytes, record, gdn_io_bytes(shape, act_bytes), L)
