@@ -90,13 +90,18 @@ def test_native_dispatch_table_matches_python_lists():
         assert (_native_status(head_dim=hd)[0] == 0) == (hd in MAMBA2_HEAD_DIMS), f"head_dim={hd}"
     for n in range(1, 600):
         assert (_native_status(dstate=n)[0] == 0) == (n in MAMBA2_DSTATES), f"dstate={n}"
+    _check_buffer_len_and_dtypes(_native_status)
+
+
+def _check_buffer_len_and_dtypes(status):
+    """The ring length range and the dtype codes, as every family's native table must accept them."""
     for L in range(-1, 70):
-        assert (_native_status(buffer_len=L)[0] == 0) == (1 <= L <= MAX_BUFFER_LEN), f"buffer_len={L}"
+        assert (status(buffer_len=L)[0] == 0) == (1 <= L <= MAX_BUFFER_LEN), f"buffer_len={L}"
     for code in range(-1, 5):
         sup_s = code in {DTYPE_CODES[d] for d in MAMBA2_STATE_DTYPES}
         sup_a = code in {DTYPE_CODES[d] for d in MAMBA2_ACT_DTYPES}
-        assert (_native_status(state_dtype=code)[0] == 0) == sup_s
-        assert (_native_status(act_dtype=code)[0] == 0) == sup_a
+        assert (status(state_dtype=code)[0] == 0) == sup_s, f"state_dtype={code}"
+        assert (status(act_dtype=code)[0] == 0) == sup_a, f"act_dtype={code}"
 
 
 @needs_lib
@@ -186,12 +191,7 @@ def test_native_gdn_dispatch_table_matches_python_lists():
     for hd in range(1, 300):
         assert (_gdn_status(head_k_dim=hd)[0] == 0) == (hd in GDN_HEAD_DIMS), f"head_k_dim={hd}"
         assert (_gdn_status(head_v_dim=hd)[0] == 0) == (hd in GDN_HEAD_DIMS), f"head_v_dim={hd}"
-    for L in range(-1, 70):
-        assert (_gdn_status(buffer_len=L)[0] == 0) == (1 <= L <= MAX_BUFFER_LEN), f"buffer_len={L}"
-    for code in range(-1, 5):
-        supported = code in DTYPE_CODES.values()
-        assert (_gdn_status(state_dtype=code)[0] == 0) == supported, f"state_dtype={code}"
-        assert (_gdn_status(act_dtype=code)[0] == 0) == supported, f"act_dtype={code}"
+    _check_buffer_len_and_dtypes(_gdn_status)
 
 
 @needs_gdn
