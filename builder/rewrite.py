@@ -121,7 +121,7 @@ class ReplayRewrite:
         the checkpoint of slot slots[i] with an empty ring. `slot_idx` is set to `slots` for the decode steps."""
         rows = list(range(len(slots))) if rows is None else list(rows)
         for idx, layer in self.layers.items():
-            state = cache.get_recurrent_state(idx, state_idx=0)
+            state = _recurrent_state(cache, idx)
             for r, s in zip(rows, slots):
                 st = state[r]
                 if layer.kind == "gdn":
@@ -149,6 +149,18 @@ class ReplayRewrite:
             if "forward" in layer.mixer.__dict__:
                 del layer.mixer.forward
         self.layers.clear()
+
+
+def _recurrent_state(cache, idx):
+    """Layer idx's SSM state in a transformers cache: `get_recurrent_state` from transformers 5.2x on, the
+    layer's `recurrent_states[0]` before (5.17 has only the latter)."""
+    if hasattr(cache, "get_recurrent_state"):
+        return cache.get_recurrent_state(idx, state_idx=0)
+    try:
+        return cache.layers[idx].recurrent_states[0]
+    except (AttributeError, IndexError, KeyError) as e:
+        raise RewriteError(f"cannot read the recurrent state of layer {idx} from a {type(cache).__name__}: "
+                           "this transformers version is not supported") from e
 
 
 def _dispatcher(original, kind):
@@ -186,6 +198,12 @@ def _gdn_step(layer, query, key, value, g, beta, initial_state=None, output_fina
     """The GDN mixer's single-token call ([batch, 1, heads, dim] inputs) on the layer's pool; returns the
     model's (output, state) pair with its cache state unchanged (the pool holds the state)."""
     act = layer.pool.cfg.act_dtype
+    H = layer.pool.shape.num_k_heads
+    if query.shape[2] != H:
+        # Some transformers versions (5.17) repeat q and k to the value heads (repeat_interleave) before the
+        # call; the pool keeps one key per key head, so take the first copy of each.
+        ratio = query.shape[2] // H
+        query, key = query[:, :, ::ratio], key[:, :, ::ratio]
     y = gdn_replay_decode(layer.pool, query[:, 0].to(act).contiguous(), key[:, 0].to(act).contiguous(),
                           value[:, 0].to(act).contiguous(), g=g[:, 0].float().contiguous(),
                           beta=beta[:, 0].float().contiguous(), use_qk_l2norm=use_qk_l2norm_in_kernel,
