@@ -75,6 +75,28 @@ inline Shape launch_shape(int head_dim, int rows_per_warp, int nheads, int ngrou
   return s;
 }
 
+// Halves the units per block (doubling the chunks): for a block whose per-block inputs do not fit.
+inline void halve_units(Shape& s) {
+  s.units /= 2;
+  s.chunks *= 2;
+  s.stages = std::min(s.units, kMaxStages);
+}
+
+// Static shared memory of a kernel plus the per-block reservation: what a block takes beyond its dynamic plan
+// (queried from the runtime; an upper bound for the kernels of this library if the query fails).
+template <typename Kernel>
+inline int block_smem_overhead(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 6 * 1024;
+  }
+  return static_cast<int>(attr.sharedSizeBytes) + 1024;
+}
+
+// Whether a launch with `dynamic_bytes` needs the opt-in above the default 48 KB (static arrays count too).
+inline bool needs_smem_opt_in(int dynamic_bytes, int overhead) { return dynamic_bytes + overhead > 48 * 1024; }
+
 // Exclusive suffix sums of a window of up to 64 values held two per lane (record l in v0, record 32 + l in
 // v1; records past the window hold 0 so every sum is exact at t = 1). Returns sum_{i>j} for both records of
 // the lane and the total.
@@ -169,6 +191,21 @@ inline cudaError_t device_sms(int& sms) {
   }
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess && device < 64) cache[device] = sms;
+  return err;
+}
+
+// Shared memory per multiprocessor of the current device, queried once per device.
+inline cudaError_t device_smem_per_sm(int& bytes) {
+  static int cache[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 64 && cache[device] > 0) {
+    bytes = cache[device];
+    return cudaSuccess;
+  }
+  err = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  if (err == cudaSuccess && device < 64) cache[device] = bytes;
   return err;
 }
 
