@@ -46,6 +46,21 @@ def load() -> ctypes.CDLL:
             fn.restype = ctypes.c_int
         lib.rssm_gdn_decode_validate.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.rssm_gdn_decode.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    if has_symbol(lib, "rssm_conv1d"):  # libraries built before the conv1d kernels lack these
+        lib.rssm_conv1d_params_size.restype = ctypes.c_size_t
+        for fn in (lib.rssm_conv1d_validate, lib.rssm_conv1d):
+            fn.restype = ctypes.c_int
+        lib.rssm_conv1d_validate.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.rssm_conv1d.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    # Speculative decoding (libraries built before these kernels lack them): each entry point comes with
+    # <name>_params_size and <name>_validate.
+    for name in ("rssm_mamba2_verify", "rssm_spec_commit", "rssm_snapshot_commit", "rssm_gdn_verify"):
+        if has_symbol(lib, name):
+            getattr(lib, f"{name}_params_size").restype = ctypes.c_size_t
+            for fn in (getattr(lib, f"{name}_validate"), getattr(lib, name)):
+                fn.restype = ctypes.c_int
+            getattr(lib, f"{name}_validate").argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     return lib
 
 

@@ -19,6 +19,9 @@ MAMBA2_DSTATES = (64, 128, 256)
 MAMBA2_STATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAMBA2_ACT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GDN_HEAD_DIMS = (64, 128, 256)
+# Causal conv1d kernels (plugins/capi/conv1d_dispatch.cu): kernel sizes, and tokens per speculative verify.
+CONV1D_KERNEL_SIZES = (2, 3, 4)
+CONV1D_MAX_TOKENS = 16
 # Read-copy formats and their bits per state element (nvfp4: 4-bit values plus an 8-bit scale per 16).
 READ_FORMATS = ("none", "fp16", "bf16", "fp8", "nvfp4")
 READ_FORMAT_BITS = {"fp16": 16, "bf16": 16, "fp8": 8, "nvfp4": 4.5}
@@ -26,6 +29,9 @@ MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16
 PAD_SLOT_ID = -1
+# Speculative verify: tokens per window T (the last accepted token and T-1 drafts); the ring needs L >= 2T.
+SPEC_MIN_WINDOW = 2
+SPEC_MAX_WINDOW = 8
 
 # Cursors: int32 [slots, heads, CURSOR_REPLICAS, CURSOR_FIELDS] with fields (history, origin); every replica
 # of a slot holds the same values between launches (plugins/include/replayssm/common/types.h says why).

@@ -7,8 +7,12 @@
 #include <stdint.h>
 
 #include "replayssm/common/types.h"
+#include "replayssm/conv1d/params.h"
 #include "replayssm/gdn/params.h"
 #include "replayssm/mamba2/params.h"
+#include "replayssm/common/spec_params.h"
+#include "replayssm/mamba2/spec_params.h"
+#include "replayssm/gdn/spec_params.h"
 
 #if defined(_WIN32)
 #define RSSM_API __declspec(dllexport)
@@ -45,6 +49,34 @@ RSSM_API rssm_status rssm_mamba2_decode(const rssm_mamba2_decode_params* params,
 RSSM_API size_t rssm_gdn_decode_params_size(void);
 RSSM_API rssm_status rssm_gdn_decode_validate(const rssm_gdn_decode_params* params, size_t params_size);
 RSSM_API rssm_status rssm_gdn_decode(const rssm_gdn_decode_params* params, size_t params_size, void* stream);
+
+// The causal conv1d in front of the SSM mixers (params->mode: update, speculative verify, commit), same manners.
+RSSM_API size_t rssm_conv1d_params_size(void);
+RSSM_API rssm_status rssm_conv1d_validate(const rssm_conv1d_params* params, size_t params_size);
+RSSM_API rssm_status rssm_conv1d(const rssm_conv1d_params* params, size_t params_size, void* stream);
+
+// Mamba-2 speculative verify of T tokens per row (params->mode: RSSM_MAMBA2_REPLAY = ReplaySSM verify, records
+// into the ring and one-window-early flush; RSSM_MAMBA2_CONVENTIONAL = the snapshot path), same manners.
+RSSM_API size_t rssm_mamba2_verify_params_size(void);
+RSSM_API rssm_status rssm_mamba2_verify_validate(const rssm_mamba2_verify_params* params, size_t params_size);
+RSSM_API rssm_status rssm_mamba2_verify(const rssm_mamba2_verify_params* params, size_t params_size, void* stream);
+
+// Speculative commits, family independent: the ReplaySSM cursor move (history += accepted, counts read on the
+// device) and the snapshot path's restore (state := snapshot of the accepted token).
+RSSM_API size_t rssm_spec_commit_params_size(void);
+RSSM_API rssm_status rssm_spec_commit_validate(const rssm_spec_commit_params* params, size_t params_size);
+RSSM_API rssm_status rssm_spec_commit(const rssm_spec_commit_params* params, size_t params_size, void* stream);
+RSSM_API size_t rssm_snapshot_commit_params_size(void);
+RSSM_API rssm_status rssm_snapshot_commit_validate(const rssm_snapshot_commit_params* params, size_t params_size);
+RSSM_API rssm_status rssm_snapshot_commit(const rssm_snapshot_commit_params* params, size_t params_size,
+                                          void* stream);
+
+// Gated DeltaNet speculative verify of T tokens per row (params->mode: RSSM_GDN_REPLAY = ReplaySSM verify, records
+// into the ring and one-window-early flush; RSSM_GDN_CONVENTIONAL = the snapshot path), same manners. The commits
+// are the family-independent ones above.
+RSSM_API size_t rssm_gdn_verify_params_size(void);
+RSSM_API rssm_status rssm_gdn_verify_validate(const rssm_gdn_verify_params* params, size_t params_size);
+RSSM_API rssm_status rssm_gdn_verify(const rssm_gdn_verify_params* params, size_t params_size, void* stream);
 
 #ifdef __cplusplus
 }

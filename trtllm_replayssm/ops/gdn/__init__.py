@@ -138,3 +138,9 @@ def gdn_conventional_decode(state, shape: GdnLayerShape, q, k, v, *, g=None, bet
     p = kernels.fill_params(kernels.CONVENTIONAL, state, qp, kp, v, g, beta, y, slot_idx, pad_slot_id)
     kernels.launch(p, v.device)
     return y
+
+
+# The speculative verify ops (spec.py imports from this package, so they are imported last).
+from trtllm_replayssm.ops.gdn.spec import replay_verify, snapshot_verify  # noqa: E402
+
+__all__ += ["replay_verify", "snapshot_verify"]

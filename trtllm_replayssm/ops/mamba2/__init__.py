@@ -115,3 +115,9 @@ def replay_decode(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
                             pool.buffer_len)
     kernels.launch(p, x.device)
     return y
+
+
+# The speculative verify ops (spec.py uses _check_tensor above, so they are imported last).
+from trtllm_replayssm.ops.mamba2.spec import replay_verify, snapshot_verify  # noqa: E402
+
+__all__ += ["replay_verify", "snapshot_verify"]

@@ -1,0 +1,529 @@
+// Gated DeltaNet speculative verify, ReplaySSM route: T tokens per row from the checkpoint S0 and the ring of
+// corrected updates (trtllm_replayssm/ops/gdn/spec_reference.py is the specification). Framework-free; the host
+// launch function sits beside the kernel and is instantiated per dtype in plugins/capi/.
+//
+// Per value head, with h committed records since S0 (record j: u_j, k_j, g_j at ring position (origin + j) mod L)
+// and the window's tokens i = 0..T-1 as records h + i; c_m = sum_{l<=m} g_l over that sequence of records:
+//   S'_i k_i = e^{c_{h+i}} (S0 k_i) + sum_{j<h} e^{c_{h+i}-c_j} (k_j·k_i) u_j + sum_{i'<i} A_{i,i'} û_{i'}
+//   u_i = beta_i (v_i - S'_i k_i)        A_{i,i'} = e^{c_{h+i}-c_{h+i'}} (k_{i'}·k_i)
+//   y_i = e^{c_{h+i}} (S0 q_i) + sum_{j<h} e^{c_{h+i}-c_j} (k_j·q_i) u_j + sum_{i'<i} B_{i,i'} û_{i'}
+//         + u_i (k_i·q_i)
+// with û the u records as stored (activation dtype). The u_i are the solution of the unit-lower-triangular
+// system (I + diag(beta) A) U = R, solved by forward substitution in each state row (rounding û_i as the ring
+// stores it before it enters the next row of the system, as the reference does). The T records (u, k, g) are
+// written at ring positions h .. h+T-1. Rows with h + 2T > L ("one window early") then fold the h committed
+// records into S0 and store it (S = e^{c_{h-1}} S0 + sum_{j<h} e^{c_{h-1}-c_j} u_j k_jᵀ) and move their cursor:
+// origin += h, history := 0; their outputs still read the old S0. The history is advanced by rssm_spec_commit.
+//
+// Work split: one block per (batch row, key head, chunk of consecutive (value head, tile) units), as the decode
+// kernel. Once per block: the window's k_i, q_i (fp32, shared memory), the key head's ring of k records, and every
+// product k_p·k_i, k_p·q_i (ring positions p and window keys) the value heads of the key head share. Per unit:
+// each thread loads its part of the checkpoint tile straight into registers (R rows x 32 columns; read from HBM
+// once; the next unit's tile is loaded while this one finishes, as soon as the fold has released the registers),
+// the history's u records and the tokens' v go to shared memory (cp.async), one warp per token computes
+// that token's decay weights (warp suffix scan) and coefficients. A thread then takes all 2T dot products of
+// each of its rows (2T FMAs per state element; the k_i, q_i values come from shared memory as broadcasts, each
+// load feeding R rows), in passes of at most 16 partial sums; one multi-value reduce-scatter per pass
+// (common/multi_reduce.cuh) leaves each lane complete sums of one row for a run of tokens of one kind (S0 k or
+// S0 q), to which it adds the history terms. One lane per row then solves the T x T system and writes y and u.
+//
+// fp32 CUDA-core FMAs throughout (exact to fp32 rounding). A non-flush verify reads each state element once and
+// does 2T FMAs on it (T <= 8: about half the H200's fp32 FMA rate at the bandwidth of an fp32 state read, so the
+// design aims at a memory-bound kernel); a flush row adds h FMAs per element (the fold) and one store.
+//
+// Window sizes: T is a runtime value (2..8); the kernel is compiled for TM = 2, 4, 8 tokens and a window of T
+// runs the smallest TM >= T with the surplus tokens masked (their k and q are zero and nothing of them is used).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "replayssm/common/async_copy.cuh"
+#include "replayssm/common/decode_tiling.cuh"
+#include "replayssm/common/math.cuh"
+#include "replayssm/common/multi_reduce.cuh"
+#include "replayssm/gdn/snapshot.cuh"
+#include "replayssm/gdn/spec_params.h"
+
+namespace replayssm {
+namespace gdn {
+
+constexpr int kMaxWindow = 8;
+constexpr int kVerifyWarps = 8;
+
+// Thread-to-state mapping of the verify kernel for state rows of K elements: W lanes share a row, each holding
+// C = 32 columns of it as 16-byte chunks (chunk c of lane w: columns (c W + w) VEC .. + VEC-1, so a warp's access
+// to a row is contiguous), for R rows (rows rho G + lane / W of the warp's RW rows). With R = 2 one k_i or q_i
+// chunk loaded from shared memory feeds two rows; K = 64 keeps R = 1 so that a warp still covers 16 rows.
+template <typename StateT, int K>
+struct VerifyTiling {
+  static constexpr int C = 32;
+  static constexpr int W = K / C;
+  static constexpr int R = K == 64 ? 1 : 2;
+  static constexpr int G = 32 / W;
+  static constexpr int RW = G * R;
+  static constexpr int VEC = 16 / sizeof(StateT);
+  static constexpr int NC = C / VEC;
+  static_assert(K % C == 0 && W >= 2 && W <= 8, "head_k_dim must be 64, 128 or 256");
+};
+
+// Passes of the dot products: NV = 2 TM vectors per row (k_0.., then q_0..), VP per pass so that a lane keeps
+// at most 16 partial sums; after a pass's reduce-scatter each lane holds NRES complete sums.
+template <int TM, int R, int W>
+struct VerifyPasses {
+  static constexpr int NV = 2 * TM;
+  static constexpr int VP = NV < 16 / R ? NV : 16 / R;
+  static constexpr int NPASS = NV / VP;
+  static constexpr int M = R * VP;
+  static constexpr int NRES = M / W;
+  static_assert(M >= W && TM % NRES == 0, "a lane's sums must be one row's run of tokens of one kind");
+};
+
+// Launch shape: a value head splits into `tiles` tiles of `rows` rows (one unit each, `warps` warps); the units
+// of a key head (HV/H value heads x tiles) split into chunks of `units` consecutive units, one block each.
+struct VerifyShape {
+  int tiles, tiles_log2, warps, rows, units, chunks;
+};
+
+// The most units per block (up to kMaxUnits) that still gives every SM four blocks or more: what depends on the
+// key head only (its ring of k records, the products) is staged and computed once per block. Example: Qwen3.5-122B
+// (H 16, HV 64, K = V = 128) at batch 256: one 128-row tile per value head, 4 units per block, 4096 blocks.
+inline VerifyShape verify_shape(int V, int RW, int HV, int H, long long batch, int sms) {
+  VerifyShape s{};
+  s.warps = std::min(kVerifyWarps, V / RW);
+  s.rows = s.warps * RW;
+  s.tiles = V / s.rows;
+  while ((1 << s.tiles_log2) < s.tiles) ++s.tiles_log2;
+  const int group_units = HV / H * s.tiles;
+  s.units = 1;
+  for (int u = kMaxUnits; u > 1; u /= 2) {
+    if (group_units % u == 0 && batch * H * (group_units / u) >= 4LL * sms) {
+      s.units = u;
+      break;
+    }
+  }
+  s.chunks = group_units / s.units;
+  return s;
+}
+
+// Dynamic shared memory of one block, byte offsets (16-byte aligned): block-wide buffers, then two areas of
+// per-unit buffers used by alternate units (a unit fills its area before the block barrier of its main loop,
+// which every warp passes only after finishing the unit before it).
+struct VerifyPlan {
+  int vecs;    // [2 TM][K] fp32: k_0..k_{TM-1}, q_0..q_{TM-1} (zeros past T)
+  int ring_k;  // [L][K] act: the key head's ring of k records
+  int prod;    // [L + TM][2 TM] fp32: products of ring position p (then window key i') with k_i and q_i
+  int xch;     // [warps][RW][2 TM + 4] fp32: S' k_i, S' q_i of each row (lane -> row-solver exchange)
+  int par0, par_bytes;
+  int coef_k, coef_q;  // in an area: [L][TM] fp32, e^{c_{h+i}-c_j} (k_j·k_i) and (k_j·q_i) for j < h
+  int A, Bq;           // [TM][TM] fp32: window coefficients (k_{i'}·k_i), (k_{i'}·q_i) with their decay
+  int tok;             // [3][TM] fp32: e^{c_{h+i}}, beta_i, g_i
+  int wf;              // [L + 1] fp32: fold weights e^{c_{h-1}-c_j}, then e^{c_{h-1}}
+  int u_hist;          // [L][rows] act: the tile's u records of the history, in history order
+  int v_win;           // [TM][rows] act: the tile's v of the tokens
+  int bytes;
+};
+
+inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_bytes) {
+  VerifyPlan s{};
+  const int rows = warps * RW, NV = 2 * TM;
+  int off = 0;
+  auto take = [&](int bytes) {
+    const int at = off;
+    off += round_up(bytes, 16);
+    return at;
+  };
+  s.vecs = take(NV * K * 4);
+  s.ring_k = take(L * K * act_bytes);
+  s.prod = take((L + TM) * NV * 4);
+  s.xch = take(warps * RW * (NV + 4) * 4);
+  s.par0 = off;
+  off = 0;
+  s.coef_k = take(L * TM * 4);
+  s.coef_q = take(L * TM * 4);
+  s.A = take(TM * TM * 4);
+  s.Bq = take(TM * TM * 4);
+  s.tok = take(3 * TM * 4);
+  s.wf = take((L + 1) * 4);
+  s.u_hist = take(L * rows * act_bytes);
+  s.v_win = take(TM * rows * act_bytes);
+  s.par_bytes = off;
+  s.bytes = s.par0 + 2 * s.par_bytes;
+  return s;
+}
+
+template <typename StateT, typename ActT, int K, int TM>
+__global__ void __launch_bounds__(kVerifyWarps * 32, 2)
+    verify_kernel(const __grid_constant__ rssm_gdn_verify_params p, const VerifyShape shape, const VerifyPlan sp) {
+  using Tl = VerifyTiling<StateT, K>;
+  using Ps = VerifyPasses<TM, Tl::R, Tl::W>;
+  constexpr int W = Tl::W, R = Tl::R, G = Tl::G, RW = Tl::RW, VEC = Tl::VEC, NC = Tl::NC;
+  constexpr int NV = Ps::NV, VP = Ps::VP, NPASS = Ps::NPASS, M = Ps::M, NRES = Ps::NRES, XS = NV + 4;
+  constexpr unsigned kFull = 0xffffffffu;
+
+  extern __shared__ __align__(16) char smem[];
+  const int T = p.window, L = p.buffer_len, HV = p.num_v_heads, H = p.num_k_heads, V = p.head_v_dim;
+  const int b = blockIdx.y, kh = blockIdx.x / shape.chunks, chunk = blockIdx.x - kh * shape.chunks;
+  const int U = shape.units, TL = shape.tiles_log2, TR = shape.rows;
+  const int unit0 = chunk * U;
+  const int head0 = kh * (HV / H) + (unit0 >> TL);  // first value head of this block
+  const int tile_base = unit0 & (shape.tiles - 1);  // unit u is (head0 + (tile_base + u) >> TL, its low bits)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  const int gw = lane / W, w = lane % W;
+  const int ldg = round_up(L, 4);  // ring_g row length
+
+  const int slot = p.slot_idx ? p.slot_idx[b] : b;
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+
+  float* const vecs = reinterpret_cast<float*>(smem + sp.vecs);
+  const ActT* const rk_s = reinterpret_cast<const ActT*>(smem + sp.ring_k);
+  float* const prod = reinterpret_cast<float*>(smem + sp.prod);
+  float* const xw = reinterpret_cast<float*>(smem + sp.xch) + warp * RW * XS;
+
+  const int64_t sh0 = static_cast<int64_t>(slot) * HV + head0;
+  StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * V * K;
+  ActT* const ring_u_blk = static_cast<ActT*>(p.ring_u) + sh0 * L * V;
+  float* const ring_g_blk = p.ring_g + sh0 * ldg;
+  int32_t* const cursor_blk = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+  ActT* const ring_k_row = static_cast<ActT*>(p.ring_k) + (static_cast<int64_t>(slot) * H + kh) * L * K;
+
+  // What a unit needs from HBM before it can start, loaded one unit ahead (the next unit's loads are in flight
+  // while this one finishes): this thread's part of the checkpoint tile (rows warp * RW + rho * G + gw), the
+  // unit's cursor replica and, in the warps that compute decay weights, the head's ring of g (positions lane,
+  // lane + 32) and the tokens' g (lane i).
+  const int thread_off = (warp * RW + gw) * K + w * VEC;
+  const int fold_warp = T < nwarps ? T : 0;  // computes the fold weights (warps 0..T-1: one token each)
+  const bool weight_warp = warp < T || warp == fold_warp;
+  struct Ahead {
+    uint4 raw[R][NC];
+    int2 cur;
+    float rg0, rg1, gwv;
+  };
+  auto load_ahead = [&](int u, Ahead& a) {
+    const int uu = tile_base + u, hl = uu >> TL, tile = uu & (shape.tiles - 1);
+    const StateT* src = state_blk + static_cast<int64_t>(uu) * TR * K + thread_off;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < NC; ++c) a.raw[r][c] = __ldcs(reinterpret_cast<const uint4*>(src + r * G * K + c * W * VEC));
+    a.cur = *reinterpret_cast<const int2*>(cursor_blk + (hl * RSSM_CURSOR_REPLICAS + tile) * RSSM_CURSOR_FIELDS);
+    if (weight_warp) {
+      const float* rg = ring_g_blk + static_cast<int64_t>(hl) * ldg;
+      a.rg0 = lane < L ? rg[lane] : 0.f;
+      a.rg1 = lane + 32 < L ? rg[lane + 32] : 0.f;
+      a.gwv = lane < T ? p.g[b * p.g_batch_stride + lane * p.g_token_stride + head0 + hl] : 0.f;
+    }
+  };
+
+  // ---- Prologue: unit 0's checkpoint tile in flight; the key head's ring of k records (asynchronous); the
+  // window's k_i and q_i as fp32; then every product the value heads of the key head share.
+  Ahead ahead;
+  load_ahead(0, ahead);
+  uint4 (&raw)[R][NC] = ahead.raw;
+  {
+    const char* src = reinterpret_cast<const char*>(ring_k_row);
+    const int n16 = L * K * static_cast<int>(sizeof(ActT)) / 16;
+    for (int i = threadIdx.x; i < n16; i += blockDim.x) cp_async<16>(smem + sp.ring_k + i * 16, src + i * 16);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < NV * K / 4; i += blockDim.x) {
+      const int vec = i / (K / 4), col = (i - vec * (K / 4)) * 4, tok = vec % TM;
+      float x[4] = {0.f, 0.f, 0.f, 0.f};
+      if (tok < T) {
+        const ActT* base = vec < TM ? static_cast<const ActT*>(p.k) + b * p.k_batch_stride + tok * p.k_token_stride +
+                                          kh * p.k_head_stride
+                                    : static_cast<const ActT*>(p.q) + b * p.q_batch_stride + tok * p.q_token_stride +
+                                          kh * p.q_head_stride;
+        load_vec<ActT, 4>(base + col, x);
+      }
+      *reinterpret_cast<float4*>(vecs + vec * K + col) = make_float4(x[0], x[1], x[2], x[3]);
+    }
+    cp_async_wait_group<0>();
+    __syncthreads();
+    // Warp per left vector (ring position p < L, then window key L + i'); a lane holds K/32 of its elements.
+    constexpr int KL = K / 32;
+    for (int l = warp; l < L + TM; l += nwarps) {
+      float left[KL];
+      if (l < L) {
+        load_vec<ActT, KL>(rk_s + l * K + lane * KL, left);
+      } else {
+        load_vec<float, KL>(vecs + (l - L) * K + lane * KL, left);
+      }
+      float part[NV];
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        float r[KL];
+        load_vec<float, KL>(vecs + v * K + lane * KL, r);
+        part[v] = 0.f;
+#pragma unroll
+        for (int e = 0; e < KL; ++e) part[v] = fmaf(left[e], r[e], part[v]);
+      }
+      multi_reduce_scatter<NV, 32>(part);
+      constexpr int SH = MultiScatter<NV, 32>::SH;
+      const float sum = group_sum<SH>(part[0]);
+      if (lane % SH == 0) prod[l * NV + multi_scatter_base<NV, 32>(lane)] = sum;
+    }
+    __syncthreads();
+  }
+  const int res_base = multi_scatter_base<M, W>(lane);  // flat (row, vector) index of a lane's first sum
+  const int res_rho = res_base / VP, res_vp = res_base % VP;
+
+  for (int u = 0; u < U; ++u) {
+    const int uu = tile_base + u, hl = uu >> TL, tile = uu & (shape.tiles - 1), hv = head0 + hl;
+    const int row0 = tile * TR;
+    char* const pa = smem + sp.par0 + (u & 1) * sp.par_bytes;
+    float* const coef_k = reinterpret_cast<float*>(pa + sp.coef_k);
+    float* const coef_q = reinterpret_cast<float*>(pa + sp.coef_q);
+    float* const Aw = reinterpret_cast<float*>(pa + sp.A);
+    float* const Bw = reinterpret_cast<float*>(pa + sp.Bq);
+    float* const tok = reinterpret_cast<float*>(pa + sp.tok);  // abar [TM], beta [TM], g [TM]
+    float* const wf = reinterpret_cast<float*>(pa + sp.wf);
+    ActT* const u_hist = reinterpret_cast<ActT*>(pa + sp.u_hist);
+    ActT* const v_win = reinterpret_cast<ActT*>(pa + sp.v_win);
+
+    // The unit's cursor, clamped so that a corrupted cursor never indexes outside the ring and the window always
+    // fits: history 0..L-T.
+    const int hist = min(max(ahead.cur.x, 0), L - T);
+    const int origin = ((ahead.cur.y % L) + L) % L;
+    const bool flush = hist + 2 * T > L;
+    const bool fold = flush && hist > 0;
+
+    // The history's u records and the tokens' v of the tile rows (asynchronous, waited for before the barrier).
+    {
+      const int cpr = TR * static_cast<int>(sizeof(ActT)) / 16;  // 16-byte pieces per record
+      const char* ru = reinterpret_cast<const char*>(ring_u_blk + static_cast<int64_t>(hl) * L * V + row0);
+      for (int i = threadIdx.x; i < hist * cpr; i += blockDim.x) {
+        const int j = i / cpr, c = i - j * cpr;
+        cp_async<16>(reinterpret_cast<char*>(u_hist) + i * 16,
+                     ru + static_cast<int64_t>(ring_pos(origin, j, L)) * V * sizeof(ActT) + c * 16);
+      }
+      const char* vg = reinterpret_cast<const char*>(static_cast<const ActT*>(p.v) + b * p.v_batch_stride +
+                                                     hv * p.v_head_stride + row0);
+      for (int i = threadIdx.x; i < T * cpr; i += blockDim.x) {
+        const int t = i / cpr, c = i - t * cpr;
+        cp_async<16>(reinterpret_cast<char*>(v_win) + i * 16, vg + t * p.v_token_stride * sizeof(ActT) + c * 16);
+      }
+      cp_async_commit();
+    }
+
+    // Decay weights and coefficients: warp i takes token i; fold_warp the fold weights.
+    if (weight_warp) {
+      const float rg0 = ahead.rg0, rg1 = ahead.rg1, gwv = ahead.gwv;
+      // Exclusive suffix sums over records 0..last (ring records below hist, then the tokens), two per lane.
+      auto suffix = [&](int last, float& ex0, float& ex1, float& total) {
+        auto value = [&](int m) {
+          const int pos = ring_pos(origin, m < L ? m : 0, L);
+          const float r0 = __shfl_sync(kFull, rg0, pos & 31), r1 = __shfl_sync(kFull, rg1, pos & 31);
+          const float wv = __shfl_sync(kFull, gwv, (m - hist) & 31);
+          return m < hist ? (pos < 32 ? r0 : r1) : (m <= last ? wv : 0.f);
+        };
+        if (L <= 32) {
+          warp_suffix_sums(value(lane), ex0, total);
+          ex1 = 0.f;
+        } else {
+          warp_suffix_sums(value(lane), value(lane + 32), ex0, ex1, total);
+        }
+      };
+      for (int i = warp; i < T; i += nwarps) {
+        float ex0, ex1, total;
+        suffix(hist + i, ex0, ex1, total);
+        auto put = [&](int m, float ex) {
+          if (m < hist) {
+            const int pos = ring_pos(origin, m, L);
+            const float wgt = expf(ex);
+            coef_k[m * TM + i] = wgt * prod[pos * NV + i];
+            coef_q[m * TM + i] = wgt * prod[pos * NV + TM + i];
+          } else if (m < hist + i) {
+            const int t = m - hist;
+            const float wgt = expf(ex);
+            Aw[i * TM + t] = wgt * prod[(L + t) * NV + i];
+            Bw[i * TM + t] = wgt * prod[(L + t) * NV + TM + i];
+          }
+        };
+        put(lane, ex0);
+        if (L > 32) put(lane + 32, ex1);
+        if (lane == 0) tok[i] = expf(total);
+      }
+      if (warp == 0 && lane < T) {
+        tok[TM + lane] = p.beta[b * p.beta_batch_stride + lane * p.beta_token_stride + hv];
+        tok[2 * TM + lane] = gwv;
+      }
+      if (fold && warp == fold_warp) {
+        float ex0, ex1, total;
+        suffix(hist - 1, ex0, ex1, total);
+        if (lane < hist) wf[lane] = expf(ex0);
+        if (L > 32 && lane + 32 < hist) wf[lane + 32] = expf(ex1);
+        if (lane == 0) wf[L] = expf(total);
+      }
+    }
+
+    // ---- S0 k_i and S0 q_i of the thread's rows: NPASS passes of VP vectors, each reduce-scattered; a lane's
+    // sums (one row, a run of tokens of one kind) wait in its exchange row for the history terms.
+    const int row_w = res_rho * G + gw;  // the row of this lane's sums
+#pragma unroll
+    for (int ps = 0; ps < NPASS; ++ps) {
+      float acc[M];
+#pragma unroll
+      for (int a = 0; a < M; ++a) acc[a] = 0.f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        float x[R][VEC];
+#pragma unroll
+        for (int r = 0; r < R; ++r) unpack<StateT, VEC>(raw[r][c], x[r]);
+        const float* vc = vecs + ps * VP * K + (c * W + w) * VEC;
+#pragma unroll
+        for (int vp = 0; vp < VP; ++vp) {
+          float vv[VEC];
+          load_vec<float, VEC>(vc + vp * K, vv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[r * VP + vp] = fmaf(x[r][e], vv[e], acc[r * VP + vp]);
+        }
+      }
+      multi_reduce_scatter<M, W>(acc);
+#pragma unroll
+      for (int l = 0; l < NRES; ++l) xw[row_w * XS + ps * VP + res_vp + l] = acc[l];
+    }
+
+    cp_async_wait_group<0>();
+    __syncthreads();  // the unit's records, v and coefficients are visible to the block
+
+    // ---- Flush rows with history: fold the committed records into the checkpoint tile and store it.
+    if (fold) {
+      const float abar_f = wf[L];
+      StateT* dst = state_blk + static_cast<int64_t>(uu) * TR * K + thread_off;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {  // a row at a time: the fold keeps 32 fp32 values live, not 64
+        const int row_t = warp * RW + r * G + gw;
+        float x[NC][VEC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          unpack<StateT, VEC>(raw[r][c], x[c]);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) x[c][e] *= abar_f;
+        }
+        for (int j = 0; j < hist; ++j) {
+          const ActT* kj = rk_s + ring_pos(origin, j, L) * K + w * VEC;
+          const float cu = wf[j] * to_float(u_hist[j * TR + row_t]);
+#pragma unroll
+          for (int c = 0; c < NC; ++c) {
+            float kv[VEC];
+            load_vec<ActT, VEC>(kj + c * W * VEC, kv);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) x[c][e] = fmaf(cu, kv[e], x[c][e]);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+          store_stream(dst + r * G * K + c * W * VEC, pack<StateT, VEC>(x[c]));  // WRITES state[slot, hv, rows]
+      }
+    }
+
+    // The next unit's checkpoint tile is in flight while this one finishes (raw is free after the fold).
+    if (u + 1 < U) load_ahead(u + 1, ahead);
+
+    // ---- History terms of this lane's sums, then to the row's solver through the exchange row.
+    {
+      const int row_t = warp * RW + row_w;
+#pragma unroll
+      for (int ps = 0; ps < NPASS; ++ps) {
+        const int v0 = ps * VP + res_vp, kind = v0 / TM, i0 = v0 % TM;
+        const float* cf = (kind ? coef_q : coef_k) + i0;
+        float a[NRES];
+#pragma unroll
+        for (int l = 0; l < NRES; ++l) a[l] = tok[i0 + l] * xw[row_w * XS + v0 + l];
+        for (int j = 0; j < hist; ++j) {
+          const float uj = to_float(u_hist[j * TR + row_t]);
+          float c[NRES];
+          load_vec<float, NRES>(cf + j * TM, c);
+#pragma unroll
+          for (int l = 0; l < NRES; ++l) a[l] = fmaf(c[l], uj, a[l]);
+        }
+#pragma unroll
+        for (int l = 0; l < NRES; ++l) xw[row_w * XS + v0 + l] = a[l];
+      }
+    }
+    __syncwarp();
+
+    // ---- One lane per row: forward substitution for u_i, outputs y_i; writes y and the u records.
+    if (lane < RW) {
+      const int row_t = warp * RW + lane, row = row0 + row_t;
+      float sk[TM], sq[TM], uh[TM];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        sk[i] = xw[lane * XS + i];
+        sq[i] = xw[lane * XS + TM + i];
+      }
+      ActT* yrow = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride + row;
+      ActT* urow = ring_u_blk + static_cast<int64_t>(hl) * L * V + row;
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        if (i < T) {
+          float a = sk[i], yq = sq[i];
+#pragma unroll
+          for (int t = 0; t < i; ++t) {
+            a = fmaf(Aw[i * TM + t], uh[t], a);
+            yq = fmaf(Bw[i * TM + t], uh[t], yq);
+          }
+          const float ui = tok[TM + i] * (to_float(v_win[i * TR + row_t]) - a);
+          const ActT stored = from_float<ActT>(ui);
+          uh[i] = to_float(stored);
+          yq = fmaf(ui, prod[(L + i) * NV + TM + i], yq);
+          yrow[i * p.y_token_stride] = from_float<ActT>(yq);                // WRITES y[b, i, hv, row]
+          urow[static_cast<int64_t>(ring_pos(origin, hist + i, L)) * V] = stored;  // WRITES ring_u[slot, hv, h+i, row]
+        }
+      }
+    }
+    __syncwarp();  // the exchange rows are rewritten by the next unit
+
+    // ---- The unit's other records and its cursor.
+    if (tile == 0 && warp == 0 && lane < T)  // WRITES ring_g[slot, hv, h + lane]
+      ring_g_blk[static_cast<int64_t>(hl) * ldg + ring_pos(origin, hist + lane, L)] = tok[2 * TM + lane];
+    if (chunk == 0 && u == 0) {  // the key head's first unit: WRITES ring_k[slot, kh, h .. h+T-1]
+      for (int i = threadIdx.x; i < T * K / 4; i += blockDim.x) {
+        const int t = i / (K / 4), col = (i - t * (K / 4)) * 4;
+        float x[4];
+        load_vec<float, 4>(vecs + t * K + col, x);
+        store_vec<ActT, 4>(ring_k_row + static_cast<int64_t>(ring_pos(origin, hist + t, L)) * K + col, x);
+      }
+    }
+    // WRITES the cursor replicas this unit owns (tile, tile + tiles, ...): history 0, origin past the fold.
+    if (fold && warp == 0 && lane < RSSM_CURSOR_REPLICAS && (lane & (shape.tiles - 1)) == tile)
+      *reinterpret_cast<int2*>(cursor_blk + (hl * RSSM_CURSOR_REPLICAS + lane) * RSSM_CURSOR_FIELDS) =
+          make_int2(0, ring_pos(origin, hist, L));
+  }
+}
+
+// Host launch of the replay verify for one compiled window TM >= T; params already validated.
+template <typename StateT, typename ActT, int K, int TM>
+cudaError_t launch_verify_window(const rssm_gdn_verify_params& p, cudaStream_t stream) {
+  using Tl = VerifyTiling<StateT, K>;
+  int sms = 0;
+  cudaError_t err = device_sms(sms);
+  if (err != cudaSuccess) return err;
+  const VerifyShape shape = verify_shape(p.head_v_dim, Tl::RW, p.num_v_heads, p.num_k_heads, p.batch, sms);
+  const VerifyPlan sp = verify_plan(p.buffer_len, K, TM, shape.warps, Tl::RW, sizeof(ActT));
+  auto kernel = verify_kernel<StateT, ActT, K, TM>;
+  static const int overhead = block_smem_overhead(kernel);
+  if (needs_smem_opt_in(sp.bytes, overhead)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(p.num_k_heads * shape.chunks, p.batch);
+  kernel<<<grid, shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
+  return cudaGetLastError();
+}
+
+// Host launch for one (state dtype, activation dtype, head_k_dim) specialisation; params already validated.
+// p.mode picks the replay verify (window T on the smallest compiled TM >= T) or the snapshot path.
+template <typename StateT, typename ActT, int K>
+cudaError_t launch_verify(const rssm_gdn_verify_params& p, cudaStream_t stream) {
+  if (p.batch == 0) return cudaSuccess;
+  if (p.mode != RSSM_GDN_REPLAY) return launch_snapshot<StateT, ActT, K>(p, stream);
+  if (p.window <= 2) return launch_verify_window<StateT, ActT, K, 2>(p, stream);
+  if (p.window <= 4) return launch_verify_window<StateT, ActT, K, 4>(p, stream);
+  return launch_verify_window<StateT, ActT, K, 8>(p, stream);
+}
+
+}  // namespace gdn
+}  // namespace replayssm

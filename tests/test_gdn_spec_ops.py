@@ -1,0 +1,196 @@
+"""CPU tests of the Gated DeltaNet speculative ops (ops/gdn/spec.py) and of their C ABI (no GPU needed): the CPU
+path is the reference, inputs are validated before anything is written, the ctypes mirror follows
+gdn/spec_params.h, and the library's validation names the offending value and agrees with the Python lists."""
+
+import ctypes
+from pathlib import Path
+
+import pytest
+import torch
+
+from gdn_spec_cases import raw_window_inputs, spec_pool, window_inputs
+from mamba2_cases import rel_err
+from test_validation import _header_fields
+from trtllm_replayssm import _lib
+from trtllm_replayssm.config import (GDN_HEAD_DIMS, MAX_BUFFER_LEN, SPEC_MAX_WINDOW, SPEC_MIN_WINDOW, GdnLayerShape,
+                                     ReplayConfig)
+from trtllm_replayssm.ops.gdn import replay_verify, snapshot_verify, spec_kernels
+from trtllm_replayssm.ops.gdn.reference import gdn_gating, prepare_qk
+from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference, snapshot_verify_reference
+
+SHAPE = GdnLayerShape(2, 4, 64, 64)
+PREPARED = dict(use_qk_l2norm=False, scale=1.0)
+
+
+def test_cpu_replay_verify_is_the_reference_with_prepared_gates():
+    """On CPU tensors the op prepares q, k and the gates and runs the reference: same outputs and pool."""
+    T, L = 4, 12
+    pool = spec_pool(SHAPE, 5, ReplayConfig(L, torch.float32, torch.float32), T, "cpu")
+    ref = pool.clone()
+    A_log, dt_bias = torch.rand(4) - 1.5, torch.rand(4) - 2.0
+    slots = torch.tensor([3, -1, 0, 4], dtype=torch.int32)
+    q, k, v, a, b = raw_window_inputs(SHAPE, 4, T, torch.float32, "cpu")
+    y = replay_verify(pool, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots)
+    qp, kp = prepare_qk(q, k)
+    g, beta = gdn_gating(a, b, A_log, dt_bias)
+    y_ref = replay_verify_reference(ref, qp, kp, v, g, beta, slots)
+    live = slots >= 0
+    assert torch.equal(y[live], y_ref[live])
+    for name, t in pool.buffers.items():
+        assert torch.equal(t, ref.buffers[name]), name
+
+
+def test_cpu_snapshot_verify_is_the_reference_and_skips_padding():
+    T = 3
+    state = torch.randn(5, 4, 64, 64)
+    snaps, ref_snaps = torch.zeros(5, T, 4, 64, 64), torch.zeros(5, T, 4, 64, 64)
+    slots = torch.tensor([2, -1, 4], dtype=torch.int32)
+    q, k, v, g, beta = window_inputs(SHAPE, 3, T, torch.float32, "cpu")
+    out = torch.full_like(v, float("nan"))
+    snapshot_verify(state, snaps, q, k, v, g, beta, slot_idx=slots, out=out, **PREPARED)
+    y_ref = snapshot_verify_reference(state, ref_snaps, q, k, v, g, beta, slots)
+    assert torch.equal(out[[0, 2]], y_ref[[0, 2]]) and torch.isnan(out[1]).all()
+    assert torch.equal(snaps, ref_snaps)
+    assert rel_err(snaps[2, 0], state[2]) > 0  # the snapshot is the state after the token, not the input state
+
+
+def _case(T=4, L=12, batch=3):
+    pool = spec_pool(SHAPE, 4, ReplayConfig(L, torch.float32, torch.bfloat16), min(T, L // 2), "cpu")
+    q, k, v, g, beta = window_inputs(SHAPE, batch, T, torch.bfloat16, "cpu")
+    return pool, dict(q=q, k=k, v=v, g=g, beta=beta)
+
+
+@pytest.mark.parametrize("case, mutate, match", [
+    (dict(L=7), None, "buffer_len=7 must be >= 2T=8"),
+    (dict(T=9, L=24), None,
+     rf"T=9 tokens per row \(v.shape\[1\]\) is out of range \({SPEC_MIN_WINDOW}..{SPEC_MAX_WINDOW}\)"),
+    (dict(T=1), None, r"T=1 tokens per row"),
+    ({}, lambda d: d.update(v=d["v"].float()), "v has dtype fp32 but the pool's act_dtype is bf16"),
+    ({}, lambda d: d.update(q=d["q"][:, :, :, :32]), r"q has shape \(3, 4, 2, 32\), expected \(3, 4, 2, 64\)"),
+    ({}, lambda d: d.update(g=d["g"][:, :2]), r"g has shape \(3, 2, 4\), expected \(3, 4, 4\)"),
+    ({}, lambda d: d.update(beta=None), "give either g and beta, or all of a, b, A_log and dt_bias"),
+    ({}, lambda d: d.update(slot_idx=torch.tensor([0, 1, 2])), "slot_idx must be int32 of shape"),
+    ({}, lambda d: d.update(out=torch.empty(3, 4, 4, 32, dtype=torch.bfloat16)), "out must have v's shape"),
+], ids=["L_below_2T", "T_9", "T_1", "v_dtype", "q_dim", "g_window", "beta_missing", "slot_idx_int64", "out_shape"])
+def test_replay_verify_rejects_bad_input_and_touches_nothing(case, mutate, match):
+    pool, d = _case(**case)
+    if mutate:
+        mutate(d)
+    before = pool.clone()
+    with pytest.raises(ValueError, match=match):
+        replay_verify(pool, d.pop("q"), d.pop("k"), d.pop("v"), **d, **PREPARED)
+    for name, t in pool.buffers.items():
+        assert torch.equal(t, before.buffers[name]), f"{name} changed on a rejected call"
+
+
+@pytest.mark.parametrize("snaps_shape, match", [
+    ((4, 3, 4, 64, 64), r"snapshots has shape \(4, 3, 4, 64, 64\), expected \(4, 4, 4, 64, 64\)"),
+    ((4, 4, 4, 64, 32), r"snapshots has shape"),
+])
+def test_snapshot_verify_rejects_mismatched_snapshots(snaps_shape, match):
+    state = torch.randn(4, 4, 64, 64)
+    q, k, v, g, beta = window_inputs(SHAPE, 3, 4, torch.float32, "cpu")
+    snaps = torch.zeros(snaps_shape)
+    with pytest.raises(ValueError, match=match):
+        snapshot_verify(state, snaps, q, k, v, g, beta, **PREPARED)
+    assert not snaps.any()
+    with pytest.raises(ValueError, match=r"state has shape \(4, 4, 64, 32\), expected \[slots, \*\(4, 64, 64\)\]"):
+        snapshot_verify(state[..., :32], snaps, q, k, v, g, beta, **PREPARED)
+
+
+# ---- The C ABI (library validation only: no launch, no GPU) ----
+
+HEADER = Path(__file__).resolve().parents[1] / "plugins" / "include" / "replayssm" / "gdn" / "spec_params.h"
+needs_lib = pytest.mark.skipif(not (_lib.available() and _lib.has_symbol(_lib.load(), "rssm_gdn_verify")),
+                               reason="kernel library not built, or built without the GDN verify kernels")
+
+
+def test_binding_fields_follow_spec_params_h():
+    """Field names, order and types of the ctypes mirror equal the C struct's (no library needed)."""
+    assert [(n, t) for n, t in spec_kernels.GdnVerifyParams._fields_] == \
+        _header_fields(HEADER, "rssm_gdn_verify_params")
+
+
+def _status(**overrides):
+    """The library's validation of a well-formed replay verify (T = 4, L = 16) with overrides; strides follow the
+    (overridden) sizes unless overridden themselves."""
+    sizes = dict(batch=2, num_k_heads=2, num_v_heads=4, head_k_dim=128, head_v_dim=128, window=4, buffer_len=16,
+                 num_slots=4, pad_slot_id=-1, mode=spec_kernels.REPLAY, state_dtype=0, act_dtype=2)
+    sizes.update({k: v for k, v in overrides.items() if k in sizes})
+    T, H, HV, K, V = (sizes[n] for n in ("window", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
+    p = spec_kernels.GdnVerifyParams(**sizes)
+    for name, (heads, dim) in (("q", (H, K)), ("k", (H, K)), ("v", (HV, V)), ("y", (HV, V))):
+        setattr(p, f"{name}_batch_stride", T * heads * dim)
+        setattr(p, f"{name}_token_stride", heads * dim)
+        setattr(p, f"{name}_head_stride", dim)
+    for name in ("g", "beta"):
+        setattr(p, f"{name}_batch_stride", T * HV)
+        setattr(p, f"{name}_token_stride", HV)
+    dummy = 1 << 20  # 16-byte aligned fake addresses: validation never dereferences them
+    for name in ("state", "ring_u", "ring_k", "ring_g", "cursor", "snapshots", "q", "k", "v", "g", "beta", "y"):
+        setattr(p, name, dummy)
+    for k, v in overrides.items():
+        if k not in sizes:
+            setattr(p, k, v)
+    lib = _lib.load()
+    status = lib.rssm_gdn_verify_validate(ctypes.byref(p), ctypes.sizeof(p))
+    return status, lib.rssm_last_error().decode()
+
+
+@needs_lib
+def test_native_abi_struct_size_matches_binding():
+    assert spec_kernels.abi_size_matches()
+
+
+@needs_lib
+def test_native_dispatch_table_matches_python_lists():
+    for hd in range(1, 300):
+        assert (_status(head_k_dim=hd)[0] == 0) == (hd in GDN_HEAD_DIMS), f"head_k_dim={hd}"
+        assert (_status(head_v_dim=hd)[0] == 0) == (hd in GDN_HEAD_DIMS), f"head_v_dim={hd}"
+    for T in range(-1, 12):
+        ok = SPEC_MIN_WINDOW <= T <= SPEC_MAX_WINDOW
+        assert (_status(window=T, buffer_len=MAX_BUFFER_LEN)[0] == 0) == ok, f"window={T}"
+        assert (_status(window=T, mode=spec_kernels.SNAPSHOT)[0] == 0) == ok, f"snapshot window={T}"
+    for L in range(-1, 70):
+        assert (_status(buffer_len=L)[0] == 0) == (8 <= L <= MAX_BUFFER_LEN), f"buffer_len={L} (T=4)"
+    for code in range(-1, 5):
+        assert (_status(state_dtype=code)[0] == 0) == (code in (0, 1, 2)), f"state_dtype={code}"
+        assert (_status(act_dtype=code)[0] == 0) == (code in (0, 1, 2)), f"act_dtype={code}"
+
+
+@needs_lib
+def test_native_snapshot_path_needs_no_ring():
+    assert _status(mode=spec_kernels.SNAPSHOT, ring_u=None, ring_k=None, ring_g=None, cursor=None,
+                   buffer_len=0) == (0, "")
+
+
+@needs_lib
+@pytest.mark.parametrize("overrides, words", [
+    (dict(head_k_dim=96), "head_k_dim=96"),
+    (dict(head_v_dim=32), "head_v_dim=32"),
+    (dict(window=9), "window=9 is out of range (2..8"),
+    (dict(window=1), "window=1 is out of range"),
+    (dict(buffer_len=7), "buffer_len=7 is out of range for window=4 (8..64"),
+    (dict(buffer_len=65), "buffer_len=65"),
+    (dict(num_v_heads=3), "num_v_heads=3"),
+    (dict(ring_u=None), "ring_u is NULL"),
+    (dict(cursor=None), "cursor is NULL"),
+    (dict(mode=0, snapshots=None), "snapshots is NULL"),
+    (dict(g=None), "g is NULL"),
+    (dict(state=(1 << 20) + 4), "state is not 16-byte aligned"),
+    (dict(mode=7), "mode=7"),
+    (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
+    (dict(v=(1 << 20) + 2), "v rows must be 16-byte aligned"),
+    (dict(q_token_stride=129), "q rows must be 16-byte aligned"),
+    (dict(k_batch_stride=4), "k rows must be 16-byte aligned"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_native_errors_name_the_offending_value(overrides, words):
+    status, msg = _status(**overrides)
+    assert status == 1 and words in msg, msg
+
+
+@needs_lib
+def test_native_rejects_mismatched_struct_size():
+    lib = _lib.load()
+    p = spec_kernels.GdnVerifyParams()
+    assert lib.rssm_gdn_verify_validate(ctypes.byref(p), ctypes.sizeof(p) - 8) == 3
