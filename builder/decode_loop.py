@@ -43,10 +43,12 @@ def _cache_kwarg(model) -> str:
 
 @torch.no_grad()
 def greedy_decode(model, prompts: list[list[int]], max_new_tokens: int, rewrite=None, allocator=None,
-                  pad_token_id: int = 0) -> Generation:
+                  pad_token_id: int = 0, forced: list[list[int]] | None = None) -> Generation:
     """Greedy generation of `max_new_tokens` tokens for every prompt, in one batch. With `rewrite` (a
     ReplayRewrite of `model`), the SSM layers decode with ReplaySSM; slots come from `allocator` (one over all
-    of the rewrite's slots if None) and are released at the end."""
+    of the rewrite's slots if None) and are released at the end. With `forced` (tokens per request, e.g.
+    another run's), the loop feeds those tokens instead of its own argmax (teacher forcing), so that the logits
+    of two models can be compared step by step even where a near tie would flip a greedy choice."""
     device = next(model.parameters()).device
     b, T = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((b, T), pad_token_id, dtype=torch.long, device=device)
@@ -69,6 +71,8 @@ def greedy_decode(model, prompts: list[list[int]], max_new_tokens: int, rewrite=
         for step in range(max_new_tokens):
             all_logits.append(logits)
             nxt = logits.argmax(-1)
+            if forced is not None:
+                nxt = torch.tensor([f[step] for f in forced], dtype=torch.long, device=device)
             for r in range(b):
                 tokens[r].append(int(nxt[r]))
             if step == max_new_tokens - 1:
