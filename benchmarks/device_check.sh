@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What one device call runs: build the package there, run every test (GPU ones included), then benchmark.
+# What one device call runs: build the package there, run every test (GPU ones included), then the benchmarks
+# (Mamba-2 decode, GDN decode, speculative step).
 # Usage (repo root, on the GPU machine): bash benchmarks/device_check.sh OUT_DIR [bench_mamba2 args...]
 # Needs mamba-ssm's source distribution at .cache/mamba_ssm.tar.gz (git-ignored; carry .cache to the device).
 # Fetch it on a machine with network access:
@@ -28,4 +29,10 @@ if [ -f "$fla_wheel" ]; then
   gdn_status=$?
   [ "$status" -eq 0 ] && status=$gdn_status
 fi
+# The speculative step (both families; extra arguments from SPEC_ARGS, e.g. SPEC_ARGS="--batches 256 --windows 8").
+# shellcheck disable=SC2086  # SPEC_ARGS is a list of arguments
+python3 benchmarks/bench_spec.py --out "$out/spec_decode.md" --json "$out/spec_decode.json" ${SPEC_ARGS:-} 2>&1 |
+  tee "$out/bench_spec.log" | tail -20
+spec_status=$?
+[ "$status" -eq 0 ] && status=$spec_status
 exit "$status"
