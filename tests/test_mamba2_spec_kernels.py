@@ -290,3 +290,68 @@ def test_verify_rejects_bad_input_on_gpu_and_touches_nothing(mutate, match):
     for name, t in pool.buffers.items():
         assert torch.equal(t, before.buffers[name]), f"{name} changed on a rejected call"
     assert torch.isnan(out).all(), "out written on a rejected call"
+
+
+def test_whole_speculative_step_with_conv1d_in_one_cuda_graph():
+    """A whole Mamba-2 speculative step captured once: conv1d verify of the T tokens' xBC inputs, the SSM verify
+    on its output (split into x, B, C as the mixer does), then both commits by the accepted counts. Replayed 3L
+    times with new inputs and new accepted counts written into the captured tensors between replays (no host
+    sync). The references run the same sequence; the SSM reference consumes the kernels' conv output, so each
+    stage is compared with its own tolerance (conv output: two bf16 ulps; windows and cursors: exact).
+    Written after this session's last device run: not yet run on the H200."""
+    from trtllm_replayssm.ops.conv1d import (conv1d_commit, conv1d_commit_reference, conv1d_verify,
+                                             conv1d_verify_reference)
+
+    T, L, k, batch = 4, 12, 4, 5
+    shape = Mamba2LayerShape(nheads=8, head_dim=64, dstate=64, ngroups=2)
+    H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
+    chans = H * P + 2 * G * N
+    pool = spec_pool(shape, 6, ReplayConfig(L, F32, BF16), T, DEV)
+    ref = pool.clone()
+    windows = torch.randn(6, chans, k - 1 + T, device=DEV).to(BF16)
+    ref_windows = windows.clone()
+    weight, bias = torch.randn(chans, k, device=DEV) * 0.5, torch.randn(chans, device=DEV) * 0.1
+    A, D, dt_bias = layer_params(shape, DEV)
+    slots = slot_map(batch, 6, n_pad=1, device=DEV)
+    xbc = torch.randn(batch, T, chans, device=DEV).to(BF16)
+    _, dt, _, _, z = window_inputs(shape, batch, T, BF16, DEV)
+    accepted = torch.ones(batch, dtype=torch.int32, device=DEV)
+    conv_out = torch.empty_like(xbc)
+    out = torch.empty(batch, T, H, P, device=DEV, dtype=BF16)
+
+    def split(y):
+        x = y[..., :H * P].reshape(batch, T, H, P).contiguous()
+        B = y[..., H * P:H * P + G * N].reshape(batch, T, G, N).contiguous()
+        C = y[..., H * P + G * N:].reshape(batch, T, G, N).contiguous()
+        return x, B, C
+
+    def step(p, w):
+        conv1d_verify(w, xbc, weight, bias, True, slot_idx=slots, out=conv_out)
+        x, B, C = split(conv_out)
+        replay_verify(p, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+        spec_commit(p, accepted, slot_idx=slots, window=T)
+        conv1d_commit(w, accepted, k, slot_idx=slots)
+
+    step(pool.clone(), windows.clone())  # warm-up on throwaway state (capture needs the library loaded)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(pool, windows)
+    live = slots >= 0
+    for replay in range(3 * L):
+        xbc.copy_(torch.randn(batch, T, chans, device=DEV).to(BF16))
+        dt.copy_((torch.randn(batch, T, H, device=DEV) * 0.5).to(BF16))
+        z.copy_(torch.randn(batch, T, H, P, device=DEV).to(BF16))
+        accepted.copy_(torch.randint(1, T + 1, (batch,), dtype=torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        conv_ref = conv1d_verify_reference(ref_windows, xbc, weight, bias, True, slots)
+        assert rel_err(conv_out[live], conv_ref[live]) < 1.6e-2, f"replay {replay}: conv output"
+        x, B, C = split(conv_out)
+        y_ref = replay_verify_reference(ref, x, dt, B, C, A, D, z, dt_bias, True, slots)
+        commit_reference(ref, accepted, slot_idx=slots)
+        conv1d_commit_reference(ref_windows, accepted, k, slot_idx=slots)
+        assert rel_err(out[live], y_ref[live]) < tol(F32, BF16), f"replay {replay}: y"
+        assert torch.equal(pool.cursor, ref.cursor), f"replay {replay}: cursors"
+        assert torch.equal(bits(windows), bits(ref_windows)), f"replay {replay}: conv windows"
+        assert rel_err(pool.checkpoint, ref.checkpoint) < tol(F32, BF16), f"replay {replay}: checkpoint"
