@@ -18,6 +18,9 @@ Gated DeltaNet / KDA pool, one layer (H key heads of dim K, HV value heads of di
     ring_g     [slots, HV, L4]    fp32             log decays g (KDA: [slots, HV, L, K])
     cursor     [slots, HV, 8, 2]  int32            as for Mamba-2
 Batch rows reach slots through an int32 slot index tensor; PAD_SLOT_ID (-1) marks a padding row.
+Ring positions outside a slot's window hold older records (zeros after allocation); the Mamba-2 kernel's
+output-only route multiplies them by a zero weight instead of branching, so they must stay finite: write the
+ring buffers only through the ops (or with finite values).
 """
 
 from __future__ import annotations
