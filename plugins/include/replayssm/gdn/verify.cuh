@@ -16,20 +16,40 @@
 // origin += h, history := 0; their outputs still read the old S0. The history is advanced by rssm_spec_commit.
 //
 // Work split: one block per (batch row, key head, chunk of consecutive (value head, tile) units), as the decode
-// kernel. Once per block: the window's k_i, q_i (fp32, shared memory), the key head's ring of k records, and every
-// product k_p·k_i, k_p·q_i (ring positions p and window keys) the value heads of the key head share. Per unit:
-// each thread loads its part of the checkpoint tile straight into registers (R rows x 32 columns; read from HBM
-// once; the next unit's tile is loaded while this one finishes, as soon as the fold has released the registers),
-// the history's u records and the tokens' v go to shared memory (cp.async), one warp per token computes
-// that token's decay weights (warp suffix scan) and coefficients. A thread then takes all 2T dot products of
+// kernel. Once per block: the window's k_i, q_i (fp32, shared memory; on the tensor-core path also as tf32 B
+// fragments), the key head's ring of k records, and every product k_p·k_i, k_p·q_i (ring positions p and window
+// keys) the value heads of the key head share. Per unit: each thread loads its part of the checkpoint tile
+// straight into registers (R rows x 32 columns; read from HBM once; the next unit's tile is loaded while this one
+// finishes, as soon as the fold has released the registers), the history's u records and the tokens' v go to
+// shared memory (cp.async), one warp per token computes that token's decay weights (warp suffix scan) and
+// coefficients. The 2T mat-vecs S0 [rows x K] . [k_0..k_{T-1} q_0..q_{T-1}] then run on one of two paths (one
+// template switch, VerifyMma); both leave each lane complete sums of its rows for runs of tokens of one kind
+// (S0 k or S0 q) in the warp's exchange rows. The lane adds the history terms to them, and one lane per row
+// solves the T x T system and writes y and u.
+//
+// Tensor-core path (16-bit activations, K = 128): m16n8k8 TF32 MMAs with fp32 accumulation; the warp's 16 rows
+// are m, the 2 TM vectors n (tiles of 8), K the reduction in steps of 8. The tiling's lanes already are the
+// MMA's lanes: lane 4 g + t holds rows g and g + 8 of the warp and, of every 4-column group (c W + t) VEC +
+// 4 piece, exactly the columns of fragment column t. A step takes two adjacent columns 2p, 2p + 1 of such a
+// group as k = t and k = t + 4: a permutation of k, applied to A and B alike, which a dot product does not see.
+// So the A fragments are the lane's own registers (cvt.rna.tf32 of the fp32 state; a 16-bit state already is
+// tf32), the B fragments one 16-byte shared-memory load per (c, piece, n-tile) from a copy of the vectors staged
+// in that order once per block, and the C fragment leaves rows g, g + 8 x vectors nt 8 + 2t, +1 in the lane:
+// no shuffle anywhere. At T = 8 a warp's unit is 32 MMAs instead of 1024 FMAs per thread and a reduce-scatter.
+// FMA path (fp32 activations; K = 64, 256, whose lanes map otherwise): a thread takes all 2T dot products of
 // each of its rows (2T FMAs per state element; the k_i, q_i values come from shared memory as broadcasts, each
 // load feeding R rows), in passes of at most 16 partial sums; one multi-value reduce-scatter per pass
-// (common/multi_reduce.cuh) leaves each lane complete sums of one row for a run of tokens of one kind (S0 k or
-// S0 q), to which it adds the history terms. One lane per row then solves the T x T system and writes y and u.
+// (common/multi_reduce.cuh) leaves each lane one row's sums for a run of tokens. At T = 8 this path is bound by
+// the FMAs, not by the state read (b256: 664 us against ~270 us for reading the state once).
 //
-// fp32 CUDA-core FMAs throughout (exact to fp32 rounding). A non-flush verify reads each state element once and
-// does 2T FMAs on it (T <= 8: about half the H200's fp32 FMA rate at the bandwidth of an fp32 state read, so the
-// design aims at a memory-bound kernel); a flush row adds h FMAs per element (the fold) and one store.
+// Precision: the FMA path is exact to fp32 rounding. The tensor-core path rounds the state to tf32 (10 mantissa
+// bits, round to nearest: unit roundoff 2^-11, that of fp16 and 1/8 of bf16's) in S0 k_i and S0 q_i only; k_i
+// and q_i are 16-bit values, exact in tf32; the history terms, the solve and the fold stay fp32 (the fold reads
+// the fp32 registers: a stored checkpoint is never rounded to tf32 and sees the error only through u records).
+// The error enters u and y once, just before the step rounds them to the 16-bit activation dtype anyway, so it
+// is at most one more rounding of that size (docs/gdn.md, Precision, has the measured effect); fp32
+// activations, where it would dominate, stay on the FMA path. A flush row adds h FMAs per element (the fold) and
+// one store.
 //
 // Window sizes: T is a runtime value (2..8); the kernel is compiled for TM = 2, 4, 8 tokens and a window of T
 // runs the smallest TM >= T with the surplus tokens masked (their k and q are zero and nothing of them is used).
@@ -41,6 +61,7 @@
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/common/mma.cuh"
 #include "replayssm/common/multi_reduce.cuh"
 #include "replayssm/gdn/snapshot.cuh"
 #include "replayssm/gdn/spec_params.h"
@@ -79,6 +100,19 @@ struct VerifyPasses {
   static_assert(M >= W && TM % NRES == 0, "a lane's sums must be one row's run of tokens of one kind");
 };
 
+// Whether S0 [rows x K] . [k_0..k_{TM-1} q_0..q_{TM-1}] runs on tensor cores (m16n8k8 TF32): for 16-bit
+// activations (fp32 activations keep the fp32 FMA path, exact to fp32 rounding), and where the tiling's lanes
+// are the MMA's lanes: W = 4 lanes per row (lane % 4 is the fragment's t) and R = 2 rows per lane, G = 8 apart
+// (lane / 4 is g; rows g and g + 8 of the warp's 16), i.e. K = 128. K = 64 and 256 map lanes otherwise and keep
+// the FMA path. NT n-tiles of 8 vectors cover the 2 TM vectors (TM = 2: one tile, half of it zeros).
+template <typename StateT, typename ActT, int K, int TM>
+struct VerifyMma {
+  using Tl = VerifyTiling<StateT, K>;
+  static constexpr bool on = sizeof(ActT) == 2 && Tl::W == 4 && Tl::R == 2 && Tl::G == 8;
+  static constexpr int NT = (2 * TM + 7) / 8;
+  static constexpr int Q = Tl::VEC / 4;  // 16-byte pieces (4 tf32 values) of B per state chunk
+};
+
 // Launch shape: a value head splits into `tiles` tiles of `rows` rows (one unit each, `warps` warps); the units
 // of a key head (HV/H value heads x tiles) split into chunks of `units` consecutive units, one block each.
 struct VerifyShape {
@@ -111,6 +145,7 @@ inline VerifyShape verify_shape(int V, int RW, int HV, int H, long long batch, i
 // which every warp passes only after finishing the unit before it).
 struct VerifyPlan {
   int vecs;    // [2 TM][K] fp32: k_0..k_{TM-1}, q_0..q_{TM-1} (zeros past T)
+  int frag;    // tensor-core path only: [NT][NC][Q][32 lanes][4] tf32, the vectors as B fragments (see kernel)
   int ring_k;  // [L][K] act: the key head's ring of k records
   int prod;    // [L + TM][2 TM] fp32: products of ring position p (then window key i') with k_i and q_i
   int xch;     // [warps][RW][2 TM + 4] fp32: S' k_i, S' q_i of each row (lane -> row-solver exchange)
@@ -124,7 +159,7 @@ struct VerifyPlan {
   int bytes;
 };
 
-inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_bytes) {
+inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_bytes, bool mma) {
   VerifyPlan s{};
   const int rows = warps * RW, NV = 2 * TM;
   int off = 0;
@@ -134,6 +169,7 @@ inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_b
     return at;
   };
   s.vecs = take(NV * K * 4);
+  s.frag = take(mma ? round_up(NV, 8) * K * 4 : 0);
   s.ring_k = take(L * K * act_bytes);
   s.prod = take((L + TM) * NV * 4);
   s.xch = take(warps * RW * (NV + 4) * 4);
@@ -159,6 +195,13 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
   using Ps = VerifyPasses<TM, Tl::R, Tl::W>;
   constexpr int W = Tl::W, R = Tl::R, G = Tl::G, RW = Tl::RW, VEC = Tl::VEC, NC = Tl::NC;
   constexpr int NV = Ps::NV, VP = Ps::VP, NPASS = Ps::NPASS, M = Ps::M, NRES = Ps::NRES, XS = NV + 4;
+  using Mma = VerifyMma<StateT, ActT, K, TM>;
+  constexpr bool kMma = Mma::on;
+  constexpr int NT = Mma::NT, Q = Mma::Q;
+  // The S0 k_i, S0 q_i sums a lane owns once the products are done: runs of RLEN consecutive vectors (tokens of
+  // one kind) of LR rows. Tensor cores: rows gw and gw + 8, vectors nt 8 + 2w, +1 of each n-tile nt (the C
+  // fragment); FMA path: one row, a run of NRES vectors per pass.
+  constexpr int LR = kMma ? 2 : 1, RUNS = kMma ? NT : NPASS, RLEN = kMma ? 2 : NRES;
   constexpr unsigned kFull = 0xffffffffu;
 
   extern __shared__ __align__(16) char smem[];
@@ -239,6 +282,19 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     }
     cp_async_wait_group<0>();
     __syncthreads();
+    // Tensor-core path: the vectors as tf32 B fragments, in the order the lanes read them (one conflict-free
+    // 16-byte load per lane). Entry (nt, c, piece, lane l = 4 g + t) holds vector nt 8 + g at the 4 columns
+    // (c W + t) VEC + 4 piece .. + 3: the columns lane l holds of its own state rows (see the products below).
+    if constexpr (kMma) {
+      uint4* const fb = reinterpret_cast<uint4*>(smem + sp.frag);
+      for (int i = threadIdx.x; i < NT * NC * Q * 32; i += blockDim.x) {
+        const int ln = i % 32, piece = (i / 32) % Q, c = (i / (32 * Q)) % NC, nt = i / (32 * Q * NC);
+        const int n = nt * 8 + ln / 4, col = (c * W + ln % 4) * VEC + piece * 4;
+        float x[4] = {0.f, 0.f, 0.f, 0.f};
+        if (n < NV) load_vec<float, 4>(vecs + n * K + col, x);
+        fb[i] = make_uint4(to_tf32(x[0]), to_tf32(x[1]), to_tf32(x[2]), to_tf32(x[3]));
+      }
+    }
     // Warp per left vector (ring position p < L, then window key L + i'); a lane holds K/32 of its elements.
     constexpr int KL = K / 32;
     for (int l = warp; l < L + TM; l += nwarps) {
@@ -264,8 +320,10 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     }
     __syncthreads();
   }
-  const int res_base = multi_scatter_base<M, W>(lane);  // flat (row, vector) index of a lane's first sum
+  const int res_base = multi_scatter_base<M, W>(lane);  // FMA path: flat (row, vector) index of a lane's first sum
   const int res_rho = res_base / VP, res_vp = res_base % VP;
+  auto run_row = [&](int rr) { return kMma ? rr * G + gw : res_rho * G + gw; };      // row (of the warp's RW)
+  auto run_vec = [&](int run) { return kMma ? run * 8 + 2 * w : run * VP + res_vp; };  // first vector
 
   for (int u = 0; u < U; ++u) {
     const int uu = tile_base + u, hl = uu >> TL, tile = uu & (shape.tiles - 1), hv = head0 + hl;
@@ -356,33 +414,80 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
       }
     }
 
-    // ---- S0 k_i and S0 q_i of the thread's rows: NPASS passes of VP vectors, each reduce-scattered; a lane's
-    // sums (one row, a run of tokens of one kind) wait in its exchange row for the history terms.
-    const int row_w = res_rho * G + gw;  // the row of this lane's sums
+    // ---- S0 k_i and S0 q_i of the thread's rows; a lane's sums wait in the exchange rows for the history terms.
+    if constexpr (kMma) {
+      // Tensor cores: the warp's 16 rows are the MMA's m, the vectors its n (NT tiles of 8), and k runs over
+      // the columns in steps of 8: step (c, piece, p) takes, for t = 0..3, column (c W + t) VEC + 4 piece + 2p
+      // as k = t and the column after it as k = t + 4. Lane 4 g + t holds exactly those columns of rows g and
+      // g + 8 (chunk c, elements 4 piece + 2p, +1 of raw[0], raw[1]): its A fragment is its own registers, and
+      // its B fragment one 16-byte load of the staged vectors (for p = 0 and 1). The C fragment leaves rows gw,
+      // gw + 8 and vectors nt 8 + 2w, +1 in the lane: runs of two tokens of one kind (TM is even).
+      float acc[NT][4];
 #pragma unroll
-    for (int ps = 0; ps < NPASS; ++ps) {
-      float acc[M];
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int a = 0; a < M; ++a) acc[a] = 0.f;
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      const uint4* const fb = reinterpret_cast<const uint4*>(smem + sp.frag) + lane;
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
         float x[R][VEC];
 #pragma unroll
         for (int r = 0; r < R; ++r) unpack<StateT, VEC>(raw[r][c], x[r]);
-        const float* vc = vecs + ps * VP * K + (c * W + w) * VEC;
+        // A 16-bit state is already a tf32 value as fp32; an fp32 state is rounded.
+        auto tf32 = [](float v) { return sizeof(StateT) == 2 ? __float_as_uint(v) : to_tf32(v); };
 #pragma unroll
-        for (int vp = 0; vp < VP; ++vp) {
-          float vv[VEC];
-          load_vec<float, VEC>(vc + vp * K, vv);
+        for (int piece = 0; piece < Q; ++piece) {
+          uint4 bv[NT];
 #pragma unroll
-          for (int r = 0; r < R; ++r)
+          for (int nt = 0; nt < NT; ++nt) bv[nt] = fb[((nt * NC + c) * Q + piece) * 32];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[r * VP + vp] = fmaf(x[r][e], vv[e], acc[r * VP + vp]);
+          for (int pr = 0; pr < 2; ++pr) {
+            const int e = piece * 4 + 2 * pr;
+            const uint32_t a[4] = {tf32(x[0][e]), tf32(x[1][e]), tf32(x[0][e + 1]), tf32(x[1][e + 1])};
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              mma_tf32_m16n8k8(acc[nt], a, pr ? bv[nt].z : bv[nt].x, pr ? bv[nt].w : bv[nt].y);
+          }
         }
       }
-      multi_reduce_scatter<M, W>(acc);
 #pragma unroll
-      for (int l = 0; l < NRES; ++l) xw[row_w * XS + ps * VP + res_vp + l] = acc[l];
+      for (int nt = 0; nt < NT; ++nt) {
+        const int v0 = run_vec(nt);
+        if (v0 < NV) {  // TM = 2: lanes w = 2, 3 hold the zero half of the tile
+#pragma unroll
+          for (int rr = 0; rr < LR; ++rr) {
+            xw[run_row(rr) * XS + v0] = acc[nt][2 * rr];
+            xw[run_row(rr) * XS + v0 + 1] = acc[nt][2 * rr + 1];
+          }
+        }
+      }
+    } else {
+      // FMA path: NPASS passes of VP vectors, each reduce-scattered (a lane keeps one row's run of NRES tokens).
+#pragma unroll
+      for (int ps = 0; ps < NPASS; ++ps) {
+        float acc[M];
+#pragma unroll
+        for (int a = 0; a < M; ++a) acc[a] = 0.f;
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          float x[R][VEC];
+#pragma unroll
+          for (int r = 0; r < R; ++r) unpack<StateT, VEC>(raw[r][c], x[r]);
+          const float* vc = vecs + ps * VP * K + (c * W + w) * VEC;
+#pragma unroll
+          for (int vp = 0; vp < VP; ++vp) {
+            float vv[VEC];
+            load_vec<float, VEC>(vc + vp * K, vv);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) acc[r * VP + vp] = fmaf(x[r][e], vv[e], acc[r * VP + vp]);
+          }
+        }
+        multi_reduce_scatter<M, W>(acc);
+#pragma unroll
+        for (int l = 0; l < NRES; ++l) xw[run_row(0) * XS + run_vec(ps) + l] = acc[l];
+      }
     }
 
     cp_async_wait_group<0>();
@@ -422,26 +527,42 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     // The next unit's checkpoint tile is in flight while this one finishes (raw is free after the fold).
     if (u + 1 < U) load_ahead(u + 1, ahead);
 
-    // ---- History terms of this lane's sums, then to the row's solver through the exchange row.
+    // ---- History terms of this lane's sums, then to the row's solver through the exchange rows.
     {
-      const int row_t = warp * RW + row_w;
+      float a[LR][RUNS][RLEN];
 #pragma unroll
-      for (int ps = 0; ps < NPASS; ++ps) {
-        const int v0 = ps * VP + res_vp, kind = v0 / TM, i0 = v0 % TM;
-        const float* cf = (kind ? coef_q : coef_k) + i0;
-        float a[NRES];
+      for (int rr = 0; rr < LR; ++rr)
 #pragma unroll
-        for (int l = 0; l < NRES; ++l) a[l] = tok[i0 + l] * xw[row_w * XS + v0 + l];
-        for (int j = 0; j < hist; ++j) {
-          const float uj = to_float(u_hist[j * TR + row_t]);
-          float c[NRES];
-          load_vec<float, NRES>(cf + j * TM, c);
+        for (int run = 0; run < RUNS; ++run) {
+          const int v0 = run_vec(run), i0 = v0 % TM;
 #pragma unroll
-          for (int l = 0; l < NRES; ++l) a[l] = fmaf(c[l], uj, a[l]);
+          for (int l = 0; l < RLEN; ++l)
+            a[rr][run][l] = v0 < NV ? tok[i0 + l] * xw[run_row(rr) * XS + v0 + l] : 0.f;
         }
+      for (int j = 0; j < hist; ++j) {
+        float uj[LR];
 #pragma unroll
-        for (int l = 0; l < NRES; ++l) xw[row_w * XS + v0 + l] = a[l];
+        for (int rr = 0; rr < LR; ++rr) uj[rr] = to_float(u_hist[j * TR + warp * RW + run_row(rr)]);
+#pragma unroll
+        for (int run = 0; run < RUNS; ++run) {
+          const int v0 = run_vec(run), i0 = v0 % TM;
+          float c[RLEN];  // a run past NV (TM = 2, tensor cores) reads coef_q's row j: in bounds, never stored
+          load_vec<float, RLEN>((v0 / TM ? coef_q : coef_k) + j * TM + i0, c);
+#pragma unroll
+          for (int rr = 0; rr < LR; ++rr)
+#pragma unroll
+            for (int l = 0; l < RLEN; ++l) a[rr][run][l] = fmaf(c[l], uj[rr], a[rr][run][l]);
+        }
       }
+#pragma unroll
+      for (int rr = 0; rr < LR; ++rr)
+#pragma unroll
+        for (int run = 0; run < RUNS; ++run) {
+          const int v0 = run_vec(run);
+          if (v0 < NV)
+#pragma unroll
+            for (int l = 0; l < RLEN; ++l) xw[run_row(rr) * XS + v0 + l] = a[rr][run][l];
+        }
     }
     __syncwarp();
 
@@ -502,7 +623,8 @@ cudaError_t launch_verify_window(const rssm_gdn_verify_params& p, cudaStream_t s
   cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
   const VerifyShape shape = verify_shape(p.head_v_dim, Tl::RW, p.num_v_heads, p.num_k_heads, p.batch, sms);
-  const VerifyPlan sp = verify_plan(p.buffer_len, K, TM, shape.warps, Tl::RW, sizeof(ActT));
+  const VerifyPlan sp =
+      verify_plan(p.buffer_len, K, TM, shape.warps, Tl::RW, sizeof(ActT), VerifyMma<StateT, ActT, K, TM>::on);
   auto kernel = verify_kernel<StateT, ActT, K, TM>;
   static const int overhead = block_smem_overhead(kernel);
   if (needs_smem_opt_in(sp.bytes, overhead)) {
