@@ -14,7 +14,7 @@ from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfi
 class FakeTrt(types.SimpleNamespace):
     """The parts of the tensorrt module trt_plugins uses, recording what it is asked."""
 
-    def __init__(self, version="10.14.1"):
+    def __init__(self, version="10.14.1", num_outputs=6):
         calls = []
         super().__init__(calls=calls, __version__=version)
         self.PluginFieldType = types.SimpleNamespace(INT32="INT32")
@@ -30,8 +30,10 @@ class FakeTrt(types.SimpleNamespace):
                 return "plugin"
 
         class Layer:
-            num_outputs = 6
             name = None
+
+            def __init__(self):
+                self.num_outputs = num_outputs
 
             def get_output(self, i):
                 return f"out{i}"
@@ -106,3 +108,83 @@ def test_network_flags_and_aliasing():
     config = types.SimpleNamespace(set_preview_feature=lambda f, on: cfg_calls.append((f, on)))
     trt_plugins.enable_aliased_io(config, trt=FakeTrt())
     assert cfg_calls == [("ALIASED", True)]
+
+
+def _created(trt):
+    """(plugin name, fields by name, inputs) of the last plugin added through the fake module."""
+    get_creator = [c for c in trt.calls if c[0] == "get_creator"][-1]
+    create = [c for c in trt.calls if c[0] == "create_plugin"][-1]
+    add = [c for c in trt.calls if c[0] == "add_plugin_v3"][-1]
+    assert all(dtype == "int32" and kind == "INT32" for _, _, dtype, kind in create[2])
+    assert get_creator[2:] == ("1", "trtllm_replayssm") and create[3] == "BUILD"
+    return get_creator[1], {name: value for name, value, _, _ in create[2]}, add[1]
+
+
+def test_add_mamba2_verify_replay_and_snapshot():
+    trt, shape, cfg = FakeTrt(), Mamba2LayerShape(128, 64, 128, 8), ReplayConfig(16, "fp32", "bf16")
+    names = trt_plugins.mamba2_verify_inputs(trt_plugins.mamba2_verify_fields(shape, cfg, 4))
+    trt_plugins.add_mamba2_verify(trt.network, {n: f"t_{n}" for n in reversed(names)}, shape, cfg, 4, trt=trt)
+    name, fields, inputs = _created(trt)
+    assert name == "ReplaySSMMamba2Verify" and inputs == [f"t_{n}" for n in names]
+    assert fields == {"nheads": 128, "head_dim": 64, "dstate": 128, "ngroups": 8, "window": 4, "buffer_len": 16,
+                      "mode": 1, "state_dtype": 0, "act_dtype": 2, "has_z": 1, "has_D": 1, "has_dt_bias": 1,
+                      "dt_softplus": 1, "pad_slot_id": -1}
+    assert names[-5:] == ["state", "ring_x", "ring_B", "ring_dt", "cursor"]
+    snap = trt_plugins.mamba2_verify_fields(shape, cfg, 4, mode="snapshot", has_z=False, has_D=False)
+    assert snap["mode"] == 0 and snap["has_z"] == 0
+    assert trt_plugins.mamba2_verify_inputs(snap) == ["x", "dt", "B", "C", "A", "dt_bias", "slot_idx", "state",
+                                                      "snapshots"]
+    with pytest.raises(ValueError, match="mode='conventional' is not supported"):
+        trt_plugins.mamba2_verify_fields(shape, cfg, 4, mode="conventional")
+
+
+def test_add_gdn_verify_and_the_commits():
+    trt, shape, cfg = FakeTrt(num_outputs=1), GdnLayerShape(16, 64, 128, 128), ReplayConfig(12, "fp32", "bf16")
+    fields = trt_plugins.gdn_verify_fields(shape, cfg, 3, mode="snapshot")
+    assert fields["window"] == 3 and fields["mode"] == 0
+    assert trt_plugins.gdn_verify_inputs(fields) == ["q", "k", "v", "g", "beta", "slot_idx", "state", "snapshots"]
+    assert trt_plugins.gdn_verify_inputs(dict(fields, mode=1))[-4:] == ["ring_u", "ring_k", "ring_g", "cursor"]
+    # The ReplaySSM commit: the cursor has a row per value head.
+    outs = trt_plugins.add_spec_commit(trt.network, {"accepted": "a", "slot_idx": "s", "cursor": "c"}, shape, cfg, 3,
+                                       trt=trt)
+    name, fields, inputs = _created(trt)
+    assert outs == ["out0"] and name == "ReplaySSMSpecCommit" and inputs == ["a", "s", "c"]
+    assert fields == {"nheads": 64, "window": 3, "buffer_len": 12, "pad_slot_id": -1}
+    assert trt_plugins.spec_commit_fields(Mamba2LayerShape(24, 64, 128, 1), cfg, 3)["nheads"] == 24
+    trt_plugins.add_snapshot_commit(trt.network, {"accepted": "a", "slot_idx": "s", "snapshots": "p", "state": "x"},
+                                    ReplayConfig(12, "bf16", "bf16"), 3, trt=trt)
+    name, fields, inputs = _created(trt)
+    assert name == "ReplaySSMSnapshotCommit" and inputs == ["a", "s", "p", "x"]
+    assert fields == {"window": 3, "state_dtype": 2, "pad_slot_id": -1}
+    with pytest.raises(ValueError, match=r"inputs missing \['accepted'\]"):
+        trt_plugins.add_spec_commit(trt.network, {"slot_idx": "s", "cursor": "c"}, shape, cfg, 3, trt=trt)
+
+
+def test_add_conv1d_modes():
+    trt = FakeTrt(num_outputs=2)
+    base = dict(has_bias=1, silu=1, pad_slot_id=-1, kernel_size=4, channels=96)
+    trt_plugins.add_conv1d(trt.network, {"x": 1, "weight": 2, "bias": 3, "slot_idx": 4, "state": 5}, 96, trt=trt)
+    name, fields, inputs = _created(trt)
+    assert name == "ReplaySSMConv1d" and inputs == [1, 2, 3, 4, 5]
+    assert fields == dict(base, mode=0, num_tokens=1, state_dtype=2, act_dtype=2, weight_dtype=2)
+    trt_plugins.add_conv1d(trt.network, {"x": 1, "weight": 2, "slot_idx": 4, "windows": 5}, 96, mode="verify",
+                           num_tokens=4, has_bias=False, state_dtype="fp32", act_dtype="fp16", weight_dtype="fp32",
+                           trt=trt)
+    _, fields, inputs = _created(trt)
+    assert inputs == [1, 2, 4, 5]
+    assert fields == dict(base, mode=1, num_tokens=4, state_dtype=0, act_dtype=1, weight_dtype=0, has_bias=0)
+    trt_plugins.add_conv1d(trt.network, {"accepted": 1, "slot_idx": 2, "windows": 3}, 96, mode="commit",
+                           num_tokens=4, trt=trt)
+    _, fields, inputs = _created(trt)
+    assert inputs == [1, 2, 3] and fields["mode"] == 2
+    with pytest.raises(ValueError, match="mode='train' is not supported"):
+        trt_plugins.conv1d_fields(96, mode="train")
+
+
+def test_native_dir_follows_rssm_library(monkeypatch, tmp_path):
+    monkeypatch.setenv("RSSM_LIBRARY", str(tmp_path / "libreplayssm.so"))
+    assert trt_plugins.native_dir() == tmp_path.resolve()
+    with pytest.raises(FileNotFoundError, match="libreplayssm_trt.so is missing"):
+        trt_plugins.library_path()
+    monkeypatch.delenv("RSSM_LIBRARY")
+    assert trt_plugins.native_dir().name == "lib"

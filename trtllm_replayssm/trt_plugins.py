@@ -9,23 +9,34 @@ and imports it on first use, with a clear error when it is absent.
     y, *pool = add_mamba2_decode(network, {"x": x, "dt": dt, ...}, shape, ReplayConfig(16))
     config = builder.create_builder_config(); enable_aliased_io(config)
 
-Inputs are passed by name; the order the plugin expects (`mamba2_decode_inputs`, `gdn_decode_inputs`) mirrors
-the plugins' tables, and a test checks it against the compiled library. docs/tensorrt_plugins.md has the I/O
-contract of each plugin.
+Speculative decoding: `add_mamba2_verify` / `add_gdn_verify` (T tokens per row, ReplaySSM or the snapshot path),
+then, once the accepted counts are known (a device int32 tensor), `add_spec_commit` (ReplaySSM: the cursor) or
+`add_snapshot_commit` (snapshot path: the state), and `add_conv1d(mode="verify")` / `add_conv1d(mode="commit")`
+for the conv in front of the mixer.
+
+Inputs are passed by name; the order each plugin expects (`*_inputs(fields)`) mirrors the plugins' tables, and a
+test checks it against the compiled library. docs/tensorrt_plugins.md has the I/O contract of each plugin.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
-from trtllm_replayssm.config import DTYPE_CODES, GdnLayerShape, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import DTYPE_CODES, GdnLayerShape, Mamba2LayerShape, ReplayConfig, parse_dtype
 
 PLUGIN_NAMESPACE = "trtllm_replayssm"
 PLUGIN_VERSION = "1"
 MAMBA2_DECODE = "ReplaySSMMamba2Decode"
 GDN_DECODE = "ReplaySSMGdnDecode"
+MAMBA2_VERIFY = "ReplaySSMMamba2Verify"
+GDN_VERIFY = "ReplaySSMGdnVerify"
+SPEC_COMMIT = "ReplaySSMSpecCommit"
+SNAPSHOT_COMMIT = "ReplaySSMSnapshotCommit"
+CONV1D = "ReplaySSMConv1d"
+CONV1D_MODES = {"update": 0, "verify": 1, "commit": 2}  # rssm_conv1d_mode
 
 
 def _trt(trt):
@@ -39,9 +50,17 @@ def _trt(trt):
     return tensorrt
 
 
+def native_dir() -> Path:
+    """The folder of the native binaries: beside $RSSM_LIBRARY when it is set (a CMake build folder holds
+    libreplayssm.so, libreplayssm_trt.so and the plugin test drivers together), else the package's lib/."""
+    if os.environ.get("RSSM_LIBRARY"):
+        return Path(os.environ["RSSM_LIBRARY"]).resolve().parent
+    return Path(__file__).resolve().parent / "lib"
+
+
 def library_path() -> Path:
-    """libreplayssm_trt.so inside the package (built when RSSM_TENSORRT_INCLUDE_DIR was set at install)."""
-    path = Path(__file__).resolve().parent / "lib" / "libreplayssm_trt.so"
+    """libreplayssm_trt.so (built when RSSM_TENSORRT_INCLUDE_DIR was set at install)."""
+    path = native_dir() / "libreplayssm_trt.so"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: reinstall with RSSM_TENSORRT_INCLUDE_DIR=<TensorRT include/>")
     return path
@@ -54,7 +73,7 @@ def load_plugins(registry=None, trt=None):
     return registry.load_library(str(library_path()))
 
 
-# ---- fields and inputs, per plugin (mirrors plugins/tensorrt/*_decode_plugin.cpp) ----
+# ---- fields and inputs, per plugin (mirrors the tables in plugins/tensorrt/*_plugin*.cpp) ----
 def mamba2_decode_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, *, mode: str = "replay", has_z=True,
                          has_D=True, has_dt_bias=True, dt_softplus=True, pad_slot_id=-1) -> dict[str, int]:
     _check_mode(mode)
@@ -87,9 +106,79 @@ def gdn_decode_inputs(fields: dict) -> list[str]:
     return names + (["ring_u", "ring_k", "ring_g", "cursor"] if fields["mode"] == 1 else [])
 
 
-def _check_mode(mode):
-    if mode not in ("replay", "conventional"):
-        raise ValueError(f"mode={mode!r} is not supported (replay, conventional)")
+def mamba2_verify_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, window: int, *, mode: str = "replay",
+                         has_z=True, has_D=True, has_dt_bias=True, dt_softplus=True, pad_slot_id=-1) -> dict:
+    """Fields of the speculative verify of `window` (T) tokens per row; mode "replay" or "snapshot"."""
+    _check_mode(mode, ("replay", "snapshot"))
+    fields = mamba2_decode_fields(shape, cfg, has_z=has_z, has_D=has_D, has_dt_bias=has_dt_bias,
+                                  dt_softplus=dt_softplus, pad_slot_id=pad_slot_id)
+    return {**{k: fields[k] for k in ("nheads", "head_dim", "dstate", "ngroups")}, "window": int(window),
+            **fields, "mode": int(mode == "replay")}
+
+
+def mamba2_verify_inputs(fields: dict) -> list[str]:
+    names = mamba2_decode_inputs(dict(fields, mode=0))  # ... slot_idx, state
+    return names + (["ring_x", "ring_B", "ring_dt", "cursor"] if fields["mode"] == 1 else ["snapshots"])
+
+
+def gdn_verify_fields(shape: GdnLayerShape, cfg: ReplayConfig, window: int, *, mode: str = "replay",
+                      pad_slot_id=-1) -> dict:
+    """Fields of the speculative verify of `window` (T) tokens per row; mode "replay" or "snapshot"."""
+    _check_mode(mode, ("replay", "snapshot"))
+    fields = gdn_decode_fields(shape, cfg, pad_slot_id=pad_slot_id)
+    return {**{k: fields[k] for k in ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")},
+            "window": int(window), **fields, "mode": int(mode == "replay")}
+
+
+def gdn_verify_inputs(fields: dict) -> list[str]:
+    names = gdn_decode_inputs(dict(fields, mode=0))  # ... slot_idx, state
+    return names + (["ring_u", "ring_k", "ring_g", "cursor"] if fields["mode"] == 1 else ["snapshots"])
+
+
+def spec_commit_fields(shape: Mamba2LayerShape | GdnLayerShape, cfg: ReplayConfig, window: int,
+                       *, pad_slot_id=-1) -> dict:
+    """The ReplaySSM commit after a verify of `window` tokens: the cursor has one row per head (Mamba-2: H;
+    GDN: HV)."""
+    nheads = shape.nheads if isinstance(shape, Mamba2LayerShape) else shape.num_v_heads
+    return {"nheads": nheads, "window": int(window), "buffer_len": cfg.buffer_len, "pad_slot_id": pad_slot_id}
+
+
+def spec_commit_inputs(fields: dict) -> list[str]:
+    return ["accepted", "slot_idx", "cursor"]
+
+
+def snapshot_commit_fields(cfg: ReplayConfig, window: int, *, pad_slot_id=-1) -> dict:
+    """The snapshot path's commit after a verify of `window` tokens (state and snapshots in cfg.state_dtype)."""
+    return {"window": int(window), "state_dtype": DTYPE_CODES[cfg.state_dtype], "pad_slot_id": pad_slot_id}
+
+
+def snapshot_commit_inputs(fields: dict) -> list[str]:
+    return ["accepted", "slot_idx", "snapshots", "state"]
+
+
+def conv1d_fields(channels: int, kernel_size: int = 4, *, mode: str = "update", num_tokens: int = 1,
+                  state_dtype="bf16", act_dtype="bf16", weight_dtype=None, has_bias=True, silu=True,
+                  pad_slot_id=-1) -> dict:
+    """The causal conv1d (docs/conv1d.md): mode "update" (num_tokens 1), "verify" or "commit" (num_tokens = T);
+    weight_dtype defaults to act_dtype."""
+    _check_mode(mode, tuple(CONV1D_MODES))
+    act = parse_dtype(act_dtype)
+    return {"mode": CONV1D_MODES[mode], "channels": int(channels), "kernel_size": int(kernel_size),
+            "num_tokens": int(num_tokens), "state_dtype": DTYPE_CODES[parse_dtype(state_dtype)],
+            "act_dtype": DTYPE_CODES[act], "weight_dtype": DTYPE_CODES[parse_dtype(weight_dtype or act)],
+            "has_bias": int(has_bias), "silu": int(silu), "pad_slot_id": pad_slot_id}
+
+
+def conv1d_inputs(fields: dict) -> list[str]:
+    if fields["mode"] == CONV1D_MODES["commit"]:
+        return ["accepted", "slot_idx", "windows"]
+    names = ["x", "weight"] + (["bias"] if fields["has_bias"] else []) + ["slot_idx"]
+    return names + (["state"] if fields["mode"] == CONV1D_MODES["update"] else ["windows"])
+
+
+def _check_mode(mode, modes=("replay", "conventional")):
+    if mode not in modes:
+        raise ValueError(f"mode={mode!r} is not supported ({', '.join(modes)})")
 
 
 # ---- network building ----
@@ -141,3 +230,37 @@ def add_gdn_decode(network, inputs: dict, shape: GdnLayerShape, cfg: ReplayConfi
                    trt=None, layer_name=None, **options):
     fields = gdn_decode_fields(shape, cfg, mode=mode, **options)
     return add_plugin(network, GDN_DECODE, fields, inputs, gdn_decode_inputs(fields), registry, trt, layer_name)
+
+
+def add_mamba2_verify(network, inputs: dict, shape: Mamba2LayerShape, cfg: ReplayConfig, window: int, *,
+                      mode="replay", registry=None, trt=None, layer_name=None, **options):
+    fields = mamba2_verify_fields(shape, cfg, window, mode=mode, **options)
+    return add_plugin(network, MAMBA2_VERIFY, fields, inputs, mamba2_verify_inputs(fields), registry, trt, layer_name)
+
+
+def add_gdn_verify(network, inputs: dict, shape: GdnLayerShape, cfg: ReplayConfig, window: int, *, mode="replay",
+                   registry=None, trt=None, layer_name=None, **options):
+    fields = gdn_verify_fields(shape, cfg, window, mode=mode, **options)
+    return add_plugin(network, GDN_VERIFY, fields, inputs, gdn_verify_inputs(fields), registry, trt, layer_name)
+
+
+def add_spec_commit(network, inputs: dict, shape, cfg: ReplayConfig, window: int, *, registry=None, trt=None,
+                    layer_name=None, **options):
+    """Returns [cursor] (aliased to the cursor input)."""
+    fields = spec_commit_fields(shape, cfg, window, **options)
+    return add_plugin(network, SPEC_COMMIT, fields, inputs, spec_commit_inputs(fields), registry, trt, layer_name)
+
+
+def add_snapshot_commit(network, inputs: dict, cfg: ReplayConfig, window: int, *, registry=None, trt=None,
+                        layer_name=None, **options):
+    """Returns [state] (aliased to the state input)."""
+    fields = snapshot_commit_fields(cfg, window, **options)
+    return add_plugin(network, SNAPSHOT_COMMIT, fields, inputs, snapshot_commit_inputs(fields), registry, trt,
+                      layer_name)
+
+
+def add_conv1d(network, inputs: dict, channels: int, kernel_size: int = 4, *, mode="update", registry=None, trt=None,
+               layer_name=None, **options):
+    """Returns [y, state] (update), [y, windows] (verify) or [windows] (commit)."""
+    fields = conv1d_fields(channels, kernel_size, mode=mode, **options)
+    return add_plugin(network, CONV1D, fields, inputs, conv1d_inputs(fields), registry, trt, layer_name)

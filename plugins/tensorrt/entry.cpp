@@ -2,8 +2,12 @@
 // `trtexec --dynamicPlugins` expect them. The library does not link libnvinfer.
 #include <cstdio>
 
+#include "commit_plugins.h"
+#include "conv1d_plugin.h"
 #include "gdn_decode_plugin.h"
+#include "gdn_verify_plugin.h"
 #include "mamba2_decode_plugin.h"
+#include "mamba2_verify_plugin.h"
 
 #define RSSM_TRT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -27,9 +31,16 @@ void log_error(std::string const& message) noexcept {
 RSSM_TRT_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) { replayssm::trt::g_logger_finder = finder; }
 
 RSSM_TRT_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) {
-  static replayssm::trt::Mamba2DecodeCreator mamba2_decode;
-  static replayssm::trt::GdnDecodeCreator gdn_decode;
-  static nvinfer1::IPluginCreatorInterface* const creators[] = {&mamba2_decode, &gdn_decode};
+  using namespace replayssm::trt;
+  static Mamba2DecodeCreator mamba2_decode;
+  static GdnDecodeCreator gdn_decode;
+  static Mamba2VerifyCreator mamba2_verify;
+  static GdnVerifyCreator gdn_verify;
+  static SpecCommitCreator spec_commit;
+  static SnapshotCommitCreator snapshot_commit;
+  static Conv1dCreator conv1d;
+  static nvinfer1::IPluginCreatorInterface* const creators[] = {
+      &mamba2_decode, &gdn_decode, &mamba2_verify, &gdn_verify, &spec_commit, &snapshot_commit, &conv1d};
   nbCreators = static_cast<int32_t>(sizeof(creators) / sizeof(creators[0]));
   return creators;
 }

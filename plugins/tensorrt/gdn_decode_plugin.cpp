@@ -1,4 +1,4 @@
-// ReplaySSMGdnDecode: the family traits (fields, tensors, checks, launch over the C ABI).
+// ReplaySSMGdnDecode: the op traits (fields, tensors, shapes, launch over the C ABI).
 #include "gdn_decode_plugin.h"
 
 #include <climits>
@@ -27,6 +27,7 @@ IOTable<GdnDecode::kRoles> GdnDecode::make_io(Cfg const& cfg) {
   io.add_in_place(STATE);
   if (cfg.mode == RSSM_GDN_REPLAY)
     for (Role role : {RING_U, RING_K, RING_G, CURSOR}) io.add_in_place(role);
+  io.y_like = V;  // y [b, HV, V]
   return io;
 }
 
@@ -39,6 +40,24 @@ DataType GdnDecode::role_type(int role, Cfg const& cfg) {
     case CURSOR: return DataType::kINT32;
     case STATE: return trt_type(cfg.state_dtype);
     default: return trt_type(cfg.act_dtype);
+  }
+}
+
+Shape GdnDecode::dims(int role, Cfg const& cfg) {
+  const int64_t H = cfg.num_k_heads, HV = cfg.num_v_heads, Kd = cfg.head_k_dim, Vd = cfg.head_v_dim;
+  const int64_t L = cfg.buffer_len;
+  switch (role) {
+    case Q:
+    case K: return {kBatch, H, Kd};
+    case V: return {kBatch, HV, Vd};
+    case G:
+    case BETA: return {kBatch, HV};
+    case SLOT_IDX: return {kBatch};
+    case STATE: return {kSlots, HV, Vd, Kd};
+    case RING_U: return {kSlots, HV, L, Vd};
+    case RING_K: return {kSlots, H, L, Kd};
+    case RING_G: return {kSlots, HV, fp32_ring_len(cfg.buffer_len)};
+    default: return {kSlots, HV, RSSM_CURSOR_REPLICAS, RSSM_CURSOR_FIELDS};  // CURSOR
   }
 }
 
@@ -58,7 +77,7 @@ static void fill_config(Cfg const& cfg, rssm_gdn_decode_params& p) {
 bool GdnDecode::validate(Cfg const& cfg, std::string& error) {
   // The C ABI's validation is the one table of supported values; stand-in addresses are enough.
   rssm_gdn_decode_params p{};
-  void* const fake = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  void* const fake = validation_address();
   fill_config(cfg, p);
   p.batch = 1, p.num_slots = 1;
   p.state = p.ring_u = p.ring_k = fake;
@@ -73,39 +92,20 @@ bool GdnDecode::validate(Cfg const& cfg, std::string& error) {
   return true;
 }
 
-bool GdnDecode::check_shapes(Cfg const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                             std::string& error) {
-  nvinfer1::Dims const& q = in[io.input[Q]].dims;
-  nvinfer1::Dims const& v = in[io.input[V]].dims;
-  nvinfer1::Dims const& s = in[io.input[STATE]].dims;
-  if (q.nbDims != 3 || q.d[1] != cfg.num_k_heads || q.d[2] != cfg.head_k_dim || v.nbDims != 3 ||
-      v.d[1] != cfg.num_v_heads || v.d[2] != cfg.head_v_dim || s.nbDims != 4 || s.d[1] != cfg.num_v_heads ||
-      s.d[2] != cfg.head_v_dim || s.d[3] != cfg.head_k_dim) {
-    error = "q must be [batch, num_k_heads, head_k_dim], v [batch, num_v_heads, head_v_dim] and state "
-            "[slots, num_v_heads, head_v_dim, head_k_dim]";
-    return false;
-  }
-  return true;
-}
-
-rssm_status GdnDecode::launch_params(Cfg const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                                     void const* const* inputs, void* y, void* state, void* ring_u, void* ring_k,
-                                     void* ring_g, void* cursor, cudaStream_t stream) {
+rssm_status GdnDecode::launch(Cfg const& cfg, Tensors<kRoles> const& t, cudaStream_t stream) {
   rssm_gdn_decode_params p{};
   fill_config(cfg, p);
-  p.batch = static_cast<int32_t>(in[io.input[V]].dims.d[0]);
-  p.num_slots = static_cast<int32_t>(in[io.input[STATE]].dims.d[0]);
-  p.state = state;
-  if (cfg.mode == RSSM_GDN_REPLAY) {
-    p.ring_u = ring_u, p.ring_k = ring_k;
-    p.ring_g = static_cast<float*>(ring_g);
-    p.cursor = static_cast<int32_t*>(cursor);
-  }
-  p.slot_idx = static_cast<int32_t const*>(inputs[io.input[SLOT_IDX]]);
-  p.q = inputs[io.input[Q]], p.k = inputs[io.input[K]], p.v = inputs[io.input[V]];
-  p.g = static_cast<float const*>(inputs[io.input[G]]);
-  p.beta = static_cast<float const*>(inputs[io.input[BETA]]);
-  p.y = y;
+  p.batch = static_cast<int32_t>(t.dim(V, 0));
+  p.num_slots = static_cast<int32_t>(t.dim(STATE, 0));
+  p.state = t.inout(STATE);  // WRITTEN
+  p.ring_u = t.inout(RING_U), p.ring_k = t.inout(RING_K);  // replay only (NULL otherwise); WRITTEN
+  p.ring_g = static_cast<float*>(t.inout(RING_G));
+  p.cursor = static_cast<int32_t*>(t.inout(CURSOR));
+  p.slot_idx = static_cast<int32_t const*>(t.in(SLOT_IDX));
+  p.q = t.in(Q), p.k = t.in(K), p.v = t.in(V);
+  p.g = static_cast<float const*>(t.in(G));
+  p.beta = static_cast<float const*>(t.in(BETA));
+  p.y = t.y();
   return rssm_gdn_decode(&p, sizeof(p), stream);
 }
 

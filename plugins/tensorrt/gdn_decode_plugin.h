@@ -1,8 +1,8 @@
-// ReplaySSMGdnDecode: one Gated DeltaNet decode step (conventional or ReplaySSM) as a TensorRT plugin. The family
-// traits of DecodePlugin (decode_plugin.h); the launch fills rssm_gdn_decode_params and calls rssm_gdn_decode.
-// Inputs are prepared as the kernels read them (q, k normalised and scaled; g and beta in fp32).
+// ReplaySSMGdnDecode: one Gated DeltaNet decode step (conventional or ReplaySSM) as a TensorRT plugin. The op
+// traits of Plugin (plugin.h); the launch fills rssm_gdn_decode_params and calls rssm_gdn_decode. Inputs are
+// prepared as the kernels read them (q, k normalised and scaled; g and beta in fp32).
 #pragma once
-#include "decode_plugin.h"
+#include "plugin.h"
 
 namespace replayssm {
 namespace trt {
@@ -20,29 +20,23 @@ struct GdnDecode {
   enum Role { Q, K, V, G, BETA, SLOT_IDX, STATE, RING_U, RING_K, RING_G, CURSOR, kRoles };
   static constexpr char const* kName = "ReplaySSMGdnDecode";
   static constexpr char const* kVersion = "1";
-  static constexpr int kOutputShapeRole = V;  // y [b, HV, V]
   static std::array<FieldSpec<Config>, 9> const kFields;
   static constexpr std::array<char const*, kRoles> kRoleNames = {
       "q", "k", "v", "g", "beta", "slot_idx", "state", "ring_u", "ring_k", "ring_g", "cursor"};
 
   static IOTable<kRoles> make_io(Config const& cfg);
   static nvinfer1::DataType role_type(int role, Config const& cfg);
+  static Shape dims(int role, Config const& cfg);
   static bool validate(Config const& cfg, std::string& error);
   static bool check_shapes(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                           std::string& error);
-  template <typename Pool>
-  static rssm_status launch(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                            void const* const* inputs, void* y, Pool pool, cudaStream_t stream) {
-    return launch_params(cfg, io, in, inputs, y, pool(STATE), pool(RING_U), pool(RING_K), pool(RING_G),
-                         pool(CURSOR), stream);
+                           std::string& error) {
+    return check_dims<GdnDecode>(cfg, io, in, error);
   }
-  static rssm_status launch_params(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                                   void const* const* inputs, void* y, void* state, void* ring_u, void* ring_k,
-                                   void* ring_g, void* cursor, cudaStream_t stream);
+  static rssm_status launch(Config const& cfg, Tensors<kRoles> const& t, cudaStream_t stream);
 };
 
-using GdnDecodePlugin = DecodePlugin<GdnDecode>;
-using GdnDecodeCreator = DecodeCreator<GdnDecode>;
+using GdnDecodePlugin = Plugin<GdnDecode>;
+using GdnDecodeCreator = Creator<GdnDecode>;
 
 }  // namespace trt
 }  // namespace replayssm

@@ -1,4 +1,4 @@
-// ReplaySSMMamba2Decode: the family traits (fields, tensors, checks, launch over the C ABI).
+// ReplaySSMMamba2Decode: the op traits (fields, tensors, shapes, launch over the C ABI).
 #include "mamba2_decode_plugin.h"
 
 #include <climits>
@@ -36,6 +36,7 @@ IOTable<Mamba2Decode::kRoles> Mamba2Decode::make_io(Cfg const& cfg) {
   io.add_in_place(STATE);
   if (cfg.mode == RSSM_MAMBA2_REPLAY)
     for (Role role : {RING_X, RING_B, RING_DT, CURSOR}) io.add_in_place(role);
+  io.y_like = X;  // y [b, H, P]
   return io;
 }
 
@@ -52,8 +53,31 @@ DataType Mamba2Decode::role_type(int role, Cfg const& cfg) {
   }
 }
 
-// Dense (kLINEAR) strides of a batch of inputs, from the configuration.
-static void dense_strides(Cfg const& cfg, rssm_mamba2_decode_params& p) {
+Shape Mamba2Decode::dims(int role, Cfg const& cfg) {
+  const int64_t H = cfg.nheads, P = cfg.head_dim, N = cfg.dstate, G = cfg.ngroups, L = cfg.buffer_len;
+  switch (role) {
+    case X:
+    case Z: return {kBatch, H, P};
+    case DT: return {kBatch, H};
+    case B:
+    case Role::C: return {kBatch, G, N};
+    case A:
+    case D:
+    case DT_BIAS: return {H};
+    case SLOT_IDX: return {kBatch};
+    case STATE: return {kSlots, H, P, N};
+    case RING_X: return {kSlots, H, L, P};
+    case RING_B: return {kSlots, G, L, N};
+    case RING_DT: return {kSlots, H, fp32_ring_len(cfg.buffer_len)};
+    default: return {kSlots, H, RSSM_CURSOR_REPLICAS, RSSM_CURSOR_FIELDS};  // CURSOR
+  }
+}
+
+// Everything the configuration decides, dense (kLINEAR) strides included.
+static void fill_config(Cfg const& cfg, rssm_mamba2_decode_params& p) {
+  p.nheads = cfg.nheads, p.head_dim = cfg.head_dim, p.dstate = cfg.dstate, p.ngroups = cfg.ngroups;
+  p.buffer_len = cfg.buffer_len, p.pad_slot_id = cfg.pad_slot_id, p.mode = cfg.mode;
+  p.state_dtype = cfg.state_dtype, p.act_dtype = cfg.act_dtype, p.dt_softplus = cfg.dt_softplus;
   const int64_t hp = int64_t{cfg.nheads} * cfg.head_dim, gn = int64_t{cfg.ngroups} * cfg.dstate;
   p.x_batch_stride = p.z_batch_stride = p.y_batch_stride = hp;
   p.x_head_stride = p.z_head_stride = p.y_head_stride = cfg.head_dim;
@@ -61,18 +85,11 @@ static void dense_strides(Cfg const& cfg, rssm_mamba2_decode_params& p) {
   p.B_batch_stride = p.C_batch_stride = gn, p.B_group_stride = p.C_group_stride = cfg.dstate;
 }
 
-static void fill_config(Cfg const& cfg, rssm_mamba2_decode_params& p) {
-  p.nheads = cfg.nheads, p.head_dim = cfg.head_dim, p.dstate = cfg.dstate, p.ngroups = cfg.ngroups;
-  p.buffer_len = cfg.buffer_len, p.pad_slot_id = cfg.pad_slot_id, p.mode = cfg.mode;
-  p.state_dtype = cfg.state_dtype, p.act_dtype = cfg.act_dtype, p.dt_softplus = cfg.dt_softplus;
-  dense_strides(cfg, p);
-}
-
 bool Mamba2Decode::validate(Cfg const& cfg, std::string& error) {
   // The C ABI's validation is the one table of supported values; it reads no memory, so stand-in addresses
-  // (16-byte aligned) are enough to check sizes and dtypes.
+  // are enough to check sizes and dtypes.
   rssm_mamba2_decode_params p{};
-  void* const fake = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  void* const fake = validation_address();
   fill_config(cfg, p);
   p.batch = 1, p.num_slots = 1;
   p.state = p.ring_x = p.ring_B = fake;
@@ -87,38 +104,21 @@ bool Mamba2Decode::validate(Cfg const& cfg, std::string& error) {
   return true;
 }
 
-bool Mamba2Decode::check_shapes(Cfg const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                                std::string& error) {
-  nvinfer1::Dims const& x = in[io.input[X]].dims;
-  nvinfer1::Dims const& s = in[io.input[STATE]].dims;
-  if (x.nbDims != 3 || x.d[1] != cfg.nheads || x.d[2] != cfg.head_dim || s.nbDims != 4 || s.d[1] != cfg.nheads ||
-      s.d[2] != cfg.head_dim || s.d[3] != cfg.dstate) {
-    error = "x must be [batch, nheads, head_dim] and state [slots, nheads, head_dim, dstate]";
-    return false;
-  }
-  return true;
-}
-
-rssm_status Mamba2Decode::launch_params(Cfg const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                                        void const* const* inputs, void* y, void* state, void* ring_x, void* ring_B,
-                                        void* ring_dt, void* cursor, cudaStream_t stream) {
-  auto input = [&](Role role) -> void const* { return io.input[role] < 0 ? nullptr : inputs[io.input[role]]; };
+rssm_status Mamba2Decode::launch(Cfg const& cfg, Tensors<kRoles> const& t, cudaStream_t stream) {
   rssm_mamba2_decode_params p{};
   fill_config(cfg, p);
-  p.batch = static_cast<int32_t>(in[io.input[X]].dims.d[0]);
-  p.num_slots = static_cast<int32_t>(in[io.input[STATE]].dims.d[0]);
-  p.state = state;
-  if (cfg.mode == RSSM_MAMBA2_REPLAY) {
-    p.ring_x = ring_x, p.ring_B = ring_B;
-    p.ring_dt = static_cast<float*>(ring_dt);
-    p.cursor = static_cast<int32_t*>(cursor);
-  }
-  p.slot_idx = static_cast<int32_t const*>(input(SLOT_IDX));
-  p.x = input(X), p.dt = input(DT), p.B = input(B), p.C = input(Role::C), p.z = input(Z);
-  p.A = static_cast<float const*>(input(A));
-  p.D = static_cast<float const*>(input(D));
-  p.dt_bias = static_cast<float const*>(input(DT_BIAS));
-  p.y = y;
+  p.batch = static_cast<int32_t>(t.dim(X, 0));
+  p.num_slots = static_cast<int32_t>(t.dim(STATE, 0));
+  p.state = t.inout(STATE);  // WRITTEN: the slots of non-padding rows (replay: on flush)
+  p.ring_x = t.inout(RING_X), p.ring_B = t.inout(RING_B);  // replay only (NULL otherwise); WRITTEN
+  p.ring_dt = static_cast<float*>(t.inout(RING_DT));
+  p.cursor = static_cast<int32_t*>(t.inout(CURSOR));
+  p.slot_idx = static_cast<int32_t const*>(t.in(SLOT_IDX));
+  p.x = t.in(X), p.dt = t.in(DT), p.B = t.in(B), p.C = t.in(Role::C), p.z = t.in(Z);
+  p.A = static_cast<float const*>(t.in(A));
+  p.D = static_cast<float const*>(t.in(D));
+  p.dt_bias = static_cast<float const*>(t.in(DT_BIAS));
+  p.y = t.y();
   return rssm_mamba2_decode(&p, sizeof(p), stream);
 }
 

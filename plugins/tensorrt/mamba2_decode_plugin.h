@@ -1,8 +1,8 @@
-// ReplaySSMMamba2Decode: one Mamba-2 decode step (conventional or ReplaySSM) as a TensorRT plugin. The family
-// traits of DecodePlugin (decode_plugin.h): fields, tensors, shape checks, and the launch, which fills
-// rssm_mamba2_decode_params and calls rssm_mamba2_decode, the same entry the Python ops use.
+// ReplaySSMMamba2Decode: one Mamba-2 decode step (conventional or ReplaySSM) as a TensorRT plugin. The op traits
+// of Plugin (plugin.h): fields, tensors, shapes, and the launch, which fills rssm_mamba2_decode_params and calls
+// rssm_mamba2_decode, the same entry the Python ops use.
 #pragma once
-#include "decode_plugin.h"
+#include "plugin.h"
 
 namespace replayssm {
 namespace trt {
@@ -21,29 +21,23 @@ struct Mamba2Decode {
   enum Role { X, DT, B, C, Z, A, D, DT_BIAS, SLOT_IDX, STATE, RING_X, RING_B, RING_DT, CURSOR, kRoles };
   static constexpr char const* kName = "ReplaySSMMamba2Decode";
   static constexpr char const* kVersion = "1";
-  static constexpr int kOutputShapeRole = X;  // y [b, H, P]
   static std::array<FieldSpec<Config>, 13> const kFields;
   static constexpr std::array<char const*, kRoles> kRoleNames = {
       "x", "dt", "B", "C", "z", "A", "D", "dt_bias", "slot_idx", "state", "ring_x", "ring_B", "ring_dt", "cursor"};
 
   static IOTable<kRoles> make_io(Config const& cfg);
   static nvinfer1::DataType role_type(int role, Config const& cfg);
+  static Shape dims(int role, Config const& cfg);
   static bool validate(Config const& cfg, std::string& error);
   static bool check_shapes(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                           std::string& error);
-  template <typename Pool>
-  static rssm_status launch(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                            void const* const* inputs, void* y, Pool pool, cudaStream_t stream) {
-    return launch_params(cfg, io, in, inputs, y, pool(STATE), pool(RING_X), pool(RING_B), pool(RING_DT),
-                         pool(CURSOR), stream);
+                           std::string& error) {
+    return check_dims<Mamba2Decode>(cfg, io, in, error);
   }
-  static rssm_status launch_params(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
-                                   void const* const* inputs, void* y, void* state, void* ring_x, void* ring_B,
-                                   void* ring_dt, void* cursor, cudaStream_t stream);
+  static rssm_status launch(Config const& cfg, Tensors<kRoles> const& t, cudaStream_t stream);
 };
 
-using Mamba2DecodePlugin = DecodePlugin<Mamba2Decode>;
-using Mamba2DecodeCreator = DecodeCreator<Mamba2Decode>;
+using Mamba2DecodePlugin = Plugin<Mamba2Decode>;
+using Mamba2DecodeCreator = Creator<Mamba2Decode>;
 
 }  // namespace trt
 }  // namespace replayssm

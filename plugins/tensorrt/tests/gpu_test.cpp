@@ -1,24 +1,28 @@
-// GPU driver of the TensorRT plugins without TensorRT's runtime: dlopens the plugin library, takes a creator
-// through getCreators, creates the plugin from fields in the build phase and again, from its serialized fields,
-// in the runtime phase, and runs enqueue with real tensor descriptors on device buffers for several steps.
+// GPU driver of the TensorRT plugins without TensorRT's runtime: dlopens the plugin library, takes the creators
+// through getCreators, creates each plugin from fields in the build phase and again, from its serialized fields,
+// in the runtime phase (attached to a context as an engine would), and runs enqueue with real tensor descriptors
+// on device buffers, plugins in any sequence over shared buffers (a verify then a commit, step after step).
 // tests/test_tensorrt_plugin_gpu.py writes the inputs and compares the outputs with the Python ops.
 //
 //   replayssm_trt_gpu_test LIBRARY DIR
-// DIR/manifest.txt (whitespace separated):
-//   plugin NAME
-//   field NAME VALUE              (int32 fields, any number)
-//   steps N
-//   input NAME DTYPE NDIMS D0 D1 ... once|step   (in the plugin's input order; DTYPE 0 fp32 1 fp16 2 bf16 3 int32)
-// Inputs marked `once` are read from DIR/NAME.bin, `step` ones from DIR/NAME.STEP.bin. Writes DIR/y.STEP.bin
-// for every step and DIR/NAME.final.bin for every input the plugin updates in place. Steps alternate between the
-// build-phase and the runtime-phase plugin objects.
+// DIR/manifest.txt, one directive per line:
+//   tensor NAME DTYPE NDIMS D0 D1 ...   a device buffer (DTYPE 0 fp32 1 fp16 2 bf16 3 int32); filled from
+//                                       DIR/NAME.bin when that file exists, else with 0xff bytes
+//   plugin LABEL NAME                   a plugin (creator NAME); the field / input / output lines below are its
+//   field NAME VALUE                    int32 fields, any number
+//   input TENSOR                        its inputs, in the plugin's order
+//   output TENSOR                       the tensor that receives its y (plugins that have one)
+//   run LABEL                           one enqueue of plugin LABEL; runs are numbered 0, 1, ... in file order
+// Before run i every tensor NAME with a file DIR/in.i.NAME.bin is loaded from it; the y tensor is filled with 0xff
+// (NaN in every float type), and written to DIR/out.i.NAME.bin after the run. After the last run every tensor is
+// written to DIR/final.NAME.bin. A plugin's runs alternate between its build-phase and runtime-phase objects.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,12 +33,22 @@ using namespace nvinfer1;
 namespace {
 
 struct Tensor {
-  std::string name;
   int32_t dtype = 0;
   Dims dims{};
-  bool per_step = false;
   size_t bytes = 0;
   void* device = nullptr;
+};
+
+struct PluginRun {
+  std::string name;
+  std::vector<std::pair<std::string, int32_t>> fields;
+  std::vector<std::string> inputs;
+  std::string output;
+  std::unique_ptr<IPluginV3> build, runtime, attached;
+  IPluginV3OneRuntime* phase[2] = {nullptr, nullptr};  // build-phase object, runtime-phase object (attached)
+  int32_t nb_outputs = 0;
+  std::vector<int32_t> aliased;  // input aliased by each output (-1: y)
+  int runs = 0;
 };
 
 DataType trt_type(int32_t code) {
@@ -54,6 +68,8 @@ bool read_file(std::string const& path, std::vector<char>& data, size_t bytes) {
   return f && f.read(data.data(), static_cast<std::streamsize>(bytes)) && static_cast<size_t>(f.gcount()) == bytes;
 }
 
+bool exists(std::string const& path) { return static_cast<bool>(std::ifstream(path)); }
+
 bool write_file(std::string const& path, std::vector<char> const& data) {
   std::ofstream f(path, std::ios::binary);
   return f && f.write(data.data(), static_cast<std::streamsize>(data.size()));
@@ -64,11 +80,48 @@ int fail(std::string const& message) {
   return 1;
 }
 
-#define CUDA_OK(call)                                                          \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
+#define CUDA_OK(call)                                                                        \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
     if (e_ != cudaSuccess) return fail(std::string(#call) + ": " + cudaGetErrorString(e_)); \
   } while (0)
+
+IPluginCreatorV3One* find_creator(IPluginCreatorInterface* const* creators, int32_t nb, std::string const& name) {
+  for (int32_t i = 0; i < nb; ++i) {
+    auto* c = static_cast<IPluginCreatorV3One*>(creators[i]);
+    if (name == c->getPluginName()) return c;
+  }
+  return nullptr;
+}
+
+// Creates the build-phase plugin from the fields and the runtime-phase one from its serialized fields, attached
+// to a context as an engine's execution context would; returns an error message or "".
+std::string create(PluginRun& p, IPluginCreatorV3One* creator) {
+  std::vector<PluginField> fields;
+  for (auto& fv : p.fields) fields.emplace_back(fv.first.c_str(), &fv.second, PluginFieldType::kINT32, 1);
+  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
+  p.build.reset(creator->createPlugin("gpu_test", &fc, TensorRTPhase::kBUILD));
+  if (!p.build) return "createPlugin (build phase) refused the fields of " + p.name;
+  auto* build_rt = static_cast<IPluginV3OneRuntime*>(p.build->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
+  p.runtime.reset(creator->createPlugin("gpu_test", build_rt->getFieldsToSerialize(), TensorRTPhase::kRUNTIME));
+  if (!p.runtime) return "createPlugin (runtime phase) refused the serialized fields of " + p.name;
+  auto* runtime_rt =
+      static_cast<IPluginV3OneRuntime*>(p.runtime->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
+  p.attached.reset(runtime_rt->attachToContext(nullptr));
+  if (!p.attached) return "attachToContext failed for " + p.name;
+  p.phase[0] = build_rt;
+  p.phase[1] = static_cast<IPluginV3OneRuntime*>(p.attached->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
+  auto* build = static_cast<IPluginV3OneBuildV2*>(p.build->getCapabilityInterface(PluginCapabilityType::kBUILD));
+  p.nb_outputs = build->getNbOutputs();
+  for (int32_t o = 0; o < p.nb_outputs; ++o) {
+    const int32_t a = build->getAliasedInput(o);
+    if (a >= static_cast<int32_t>(p.inputs.size())) return p.name + ": output aliases a missing input";
+    p.aliased.push_back(a);
+  }
+  const bool has_y = !p.aliased.empty() && p.aliased[0] < 0;
+  if (has_y != !p.output.empty()) return p.name + ": the manifest's output line does not match the plugin's y";
+  return "";
+}
 
 }  // namespace
 
@@ -80,127 +133,134 @@ int main(int argc, char** argv) {
   using GetCreators = IPluginCreatorInterface* const* (*)(int32_t&);
   auto get_creators = reinterpret_cast<GetCreators>(dlsym(lib, "getCreators"));
   if (!get_creators) return fail("getCreators is not exported");
+  int32_t nb_creators = 0;
+  IPluginCreatorInterface* const* creators = get_creators(nb_creators);
 
   // ---- manifest
   std::ifstream manifest(dir + "/manifest.txt");
   if (!manifest) return fail("no manifest.txt in " + dir);
-  std::string plugin_name, key;
-  std::vector<std::pair<std::string, int32_t>> field_values;
-  std::vector<Tensor> inputs;
-  int steps = 0;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, PluginRun> plugins;
+  std::vector<std::string> runs;
+  PluginRun* current = nullptr;
+  std::string key;
   while (manifest >> key) {
-    if (key == "plugin") {
-      manifest >> plugin_name;
-    } else if (key == "field") {
+    if (key == "tensor") {
       std::string name;
-      int32_t value;
-      manifest >> name >> value;
-      field_values.emplace_back(name, value);
-    } else if (key == "steps") {
-      manifest >> steps;
-    } else if (key == "input") {
       Tensor t;
-      std::string when;
-      manifest >> t.name >> t.dtype >> t.dims.nbDims;
+      manifest >> name >> t.dtype >> t.dims.nbDims;
       size_t n = 1;
       for (int32_t d = 0; d < t.dims.nbDims; ++d) {
         manifest >> t.dims.d[d];
         n *= static_cast<size_t>(t.dims.d[d]);
       }
-      manifest >> when;
-      t.per_step = when == "step";
       t.bytes = n * element_bytes(t.dtype);
-      inputs.push_back(t);
+      tensors[name] = t;
+    } else if (key == "plugin") {
+      std::string label;
+      manifest >> label;
+      current = &plugins[label];
+      manifest >> current->name;
+    } else if (key == "field" && current) {
+      std::string name;
+      int32_t value;
+      manifest >> name >> value;
+      current->fields.emplace_back(name, value);
+    } else if (key == "input" && current) {
+      std::string name;
+      manifest >> name;
+      if (!tensors.count(name)) return fail("input " + name + " is not a declared tensor");
+      current->inputs.push_back(name);
+    } else if (key == "output" && current) {
+      manifest >> current->output;
+      if (!tensors.count(current->output)) return fail("output " + current->output + " is not a declared tensor");
+    } else if (key == "run") {
+      std::string label;
+      manifest >> label;
+      if (!plugins.count(label)) return fail("run of an undeclared plugin " + label);
+      runs.push_back(label);
     } else {
-      return fail("unknown manifest key " + key);
+      return fail("unexpected manifest key " + key);
     }
   }
 
-  // ---- creator and plugins (build phase, then runtime phase from the serialized fields)
-  int32_t nb = 0;
-  IPluginCreatorInterface* const* creators = get_creators(nb);
-  IPluginCreatorV3One* creator = nullptr;
-  for (int32_t i = 0; i < nb; ++i) {
-    auto* c = static_cast<IPluginCreatorV3One*>(creators[i]);
-    if (plugin_name == c->getPluginName()) creator = c;
-  }
-  if (!creator) return fail("no creator named " + plugin_name);
-  std::vector<PluginField> fields;
-  for (auto& fv : field_values) fields.emplace_back(fv.first.c_str(), &fv.second, PluginFieldType::kINT32, 1);
-  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
-  std::unique_ptr<IPluginV3> build(creator->createPlugin("gpu_test", &fc, TensorRTPhase::kBUILD));
-  if (!build) return fail("createPlugin (build phase) refused the fields");
-  auto* build_core = static_cast<IPluginV3OneBuildV2*>(build->getCapabilityInterface(PluginCapabilityType::kBUILD));
-  auto* build_rt = static_cast<IPluginV3OneRuntime*>(build->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-  std::unique_ptr<IPluginV3> runtime(
-      creator->createPlugin("gpu_test", build_rt->getFieldsToSerialize(), TensorRTPhase::kRUNTIME));
-  if (!runtime) return fail("createPlugin (runtime phase) refused the serialized fields");
-  auto* runtime_rt =
-      static_cast<IPluginV3OneRuntime*>(runtime->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-  const int32_t nb_in = static_cast<int32_t>(inputs.size());
-  const int32_t nb_out = build_core->getNbOutputs();
-
-  // ---- descriptors and device buffers; outputs 1.. share their aliased input's buffer
-  std::vector<PluginTensorDesc> in_desc(nb_in), out_desc(nb_out);
-  for (int32_t i = 0; i < nb_in; ++i) {
-    in_desc[i].dims = inputs[i].dims;
-    in_desc[i].type = trt_type(inputs[i].dtype);
-    in_desc[i].format = TensorFormat::kLINEAR;
-    in_desc[i].scale = 1.f;
-    CUDA_OK(cudaMalloc(&inputs[i].device, inputs[i].bytes));
-  }
-  // y has the shape and type of x (Mamba-2) or v (GDN).
-  Tensor y;
-  for (Tensor const& t : inputs)
-    if (t.name == "x" || t.name == "v") y = Tensor{"y", t.dtype, t.dims, true, t.bytes, nullptr};
-  if (!y.bytes) return fail("no input named x or v");
-  CUDA_OK(cudaMalloc(&y.device, y.bytes));
-  std::vector<void const*> in_ptrs(nb_in);
-  std::vector<void*> out_ptrs(nb_out);
-  for (int32_t i = 0; i < nb_in; ++i) in_ptrs[i] = inputs[i].device;
-  out_ptrs[0] = y.device;
-  out_desc[0] = in_desc[0];
-  out_desc[0].dims = y.dims;
-  out_desc[0].type = trt_type(y.dtype);
-  for (int32_t o = 1; o < nb_out; ++o) {
-    const int32_t a = build_core->getAliasedInput(o);
-    if (a < 0 || a >= nb_in) return fail("output " + std::to_string(o) + " has no aliased input");
-    out_ptrs[o] = inputs[a].device;
-    out_desc[o] = in_desc[a];
-  }
-  for (IPluginV3OneRuntime* rt : {build_rt, runtime_rt})
-    if (rt->onShapeChange(in_desc.data(), nb_in, out_desc.data(), nb_out) != 0) return fail("onShapeChange refused");
-
+  // ---- device buffers
   std::vector<char> host;
-  for (Tensor& t : inputs) {
-    if (t.per_step) continue;
-    if (!read_file(dir + "/" + t.name + ".bin", host, t.bytes)) return fail("cannot read " + t.name + ".bin");
-    CUDA_OK(cudaMemcpy(t.device, host.data(), t.bytes, cudaMemcpyHostToDevice));
+  for (auto& [name, t] : tensors) {
+    CUDA_OK(cudaMalloc(&t.device, t.bytes));
+    if (exists(dir + "/" + name + ".bin")) {
+      if (!read_file(dir + "/" + name + ".bin", host, t.bytes)) return fail("cannot read " + name + ".bin");
+      CUDA_OK(cudaMemcpy(t.device, host.data(), t.bytes, cudaMemcpyHostToDevice));
+    } else {
+      CUDA_OK(cudaMemset(t.device, 0xff, t.bytes));
+    }
   }
+  auto desc_of = [&](std::string const& name) {
+    PluginTensorDesc d{};
+    d.dims = tensors[name].dims;
+    d.type = trt_type(tensors[name].dtype);
+    d.format = TensorFormat::kLINEAR;
+    d.scale = 1.f;
+    return d;
+  };
+
+  // ---- plugins: both phases, descriptors, shape checks
+  struct Bound {
+    std::vector<PluginTensorDesc> in_desc, out_desc;
+    std::vector<void const*> in_ptrs;
+    std::vector<void*> out_ptrs;
+  };
+  std::map<std::string, Bound> bound;
+  for (auto& [label, p] : plugins) {
+    IPluginCreatorV3One* creator = find_creator(creators, nb_creators, p.name);
+    if (!creator) return fail("no creator named " + p.name);
+    const std::string error = create(p, creator);
+    if (!error.empty()) return fail(error);
+    Bound& b = bound[label];
+    for (std::string const& name : p.inputs) {
+      b.in_desc.push_back(desc_of(name));
+      b.in_ptrs.push_back(tensors[name].device);
+    }
+    for (int32_t o = 0; o < p.nb_outputs; ++o) {  // aliased outputs share their input's buffer
+      std::string const& name = p.aliased[o] < 0 ? p.output : p.inputs[p.aliased[o]];
+      b.out_desc.push_back(desc_of(name));
+      b.out_ptrs.push_back(tensors[name].device);
+    }
+    for (IPluginV3OneRuntime* rt : p.phase)
+      if (rt->onShapeChange(b.in_desc.data(), static_cast<int32_t>(p.inputs.size()), b.out_desc.data(),
+                            p.nb_outputs) != 0)
+        return fail("onShapeChange refused the shapes of " + label);
+  }
+
+  // ---- runs
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  for (int step = 0; step < steps; ++step) {
-    for (Tensor& t : inputs) {
-      if (!t.per_step) continue;
-      const std::string path = dir + "/" + t.name + "." + std::to_string(step) + ".bin";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    PluginRun& p = plugins[runs[i]];
+    Bound& b = bound[runs[i]];
+    for (auto& [name, t] : tensors) {
+      const std::string path = dir + "/in." + std::to_string(i) + "." + name + ".bin";
+      if (!exists(path)) continue;
       if (!read_file(path, host, t.bytes)) return fail("cannot read " + path);
       CUDA_OK(cudaMemcpy(t.device, host.data(), t.bytes, cudaMemcpyHostToDevice));
     }
-    CUDA_OK(cudaMemset(y.device, 0xff, y.bytes));  // poison: NaN patterns for every float type
-    IPluginV3OneRuntime* rt = step % 2 ? runtime_rt : build_rt;
-    if (rt->enqueue(in_desc.data(), out_desc.data(), in_ptrs.data(), out_ptrs.data(), nullptr, stream) != 0)
-      return fail("enqueue failed at step " + std::to_string(step));
+    if (!p.output.empty()) CUDA_OK(cudaMemset(tensors[p.output].device, 0xff, tensors[p.output].bytes));
+    IPluginV3OneRuntime* rt = p.phase[p.runs++ % 2];
+    if (rt->enqueue(b.in_desc.data(), b.out_desc.data(), b.in_ptrs.data(), b.out_ptrs.data(), nullptr, stream) != 0)
+      return fail("enqueue of " + runs[i] + " failed at run " + std::to_string(i));
     CUDA_OK(cudaStreamSynchronize(stream));
+    if (p.output.empty()) continue;
+    Tensor const& y = tensors[p.output];
     host.resize(y.bytes);
     CUDA_OK(cudaMemcpy(host.data(), y.device, y.bytes, cudaMemcpyDeviceToHost));
-    if (!write_file(dir + "/y." + std::to_string(step) + ".bin", host)) return fail("cannot write y");
+    if (!write_file(dir + "/out." + std::to_string(i) + "." + p.output + ".bin", host))
+      return fail("cannot write " + p.output);
   }
-  for (int32_t o = 1; o < nb_out; ++o) {
-    Tensor const& t = inputs[build_core->getAliasedInput(o)];
+  for (auto& [name, t] : tensors) {
     host.resize(t.bytes);
     CUDA_OK(cudaMemcpy(host.data(), t.device, t.bytes, cudaMemcpyDeviceToHost));
-    if (!write_file(dir + "/" + t.name + ".final.bin", host)) return fail("cannot write " + t.name);
+    if (!write_file(dir + "/final." + name + ".bin", host)) return fail("cannot write final." + name);
   }
-  std::printf("OK %d steps\n", steps);
+  std::printf("OK %zu runs\n", runs.size());
   return 0;
 }
