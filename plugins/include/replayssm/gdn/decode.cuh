@@ -25,6 +25,7 @@
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/gdn/conventional.cuh"
 #include "replayssm/gdn/params.h"
 
 namespace replayssm {
@@ -428,7 +429,9 @@ template <typename StateT, typename ActT, int K>
 cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true>(p, stream);
-  return launch_mode<StateT, ActT, K, false>(p, stream);
+  // The conventional step: one warp per tile of state rows (gdn/conventional.cuh), bit-identical to
+  // launch_mode<..., false>, which the replay kernel's L = 1 semantics are tested against.
+  return launch_conventional_warp<StateT, ActT, K>(p, stream);
 }
 
 }  // namespace gdn

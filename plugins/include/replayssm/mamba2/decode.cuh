@@ -25,6 +25,7 @@
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/mamba2/conventional.cuh"
 #include "replayssm/mamba2/params.h"
 
 namespace replayssm {
@@ -439,7 +440,9 @@ template <typename StateT, typename ActT, int N>
 cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   if (p.mode == RSSM_MAMBA2_REPLAY) return launch_mode<StateT, ActT, N, true>(p, stream);
-  return launch_mode<StateT, ActT, N, false>(p, stream);
+  // The conventional step: one warp per tile of state rows (mamba2/conventional.cuh), bit-identical to
+  // launch_mode<..., false>, which the replay kernel's L = 1 semantics are tested against.
+  return launch_conventional_warp<StateT, ActT, N>(p, stream);
 }
 
 }  // namespace mamba2
