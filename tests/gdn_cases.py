@@ -1,4 +1,5 @@
-"""Random Gated DeltaNet problems for the kernel tests: realistic magnitudes, never zeros."""
+"""Random Gated DeltaNet and KDA problems for the kernel tests: realistic magnitudes, never zeros. The shape's
+per_channel_decay picks KDA: g, a [batch, HV, K] and per-channel gate parameters."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ from trtllm_replayssm.ops.gdn.reference import decay_state, expand_heads, l2norm
 from trtllm_replayssm.pool import GdnStatePool
 
 
-def gates(shape: GdnLayerShape, batch, device):
-    """Log decays g < 0 (e^g mostly 0.7..0.95, a few far lower) and beta in (0.05, 0.95), fp32 [batch, HV]."""
+def _gate_shape(shape: GdnLayerShape, batch):
     HV = shape.num_v_heads
-    g = -torch.exp(torch.randn(batch, HV, device=device) * 0.7 - 2.0)
+    return (batch, HV, shape.head_k_dim) if shape.per_channel_decay else (batch, HV)
+
+
+def gates(shape: GdnLayerShape, batch, device):
+    """Log decays g < 0 (e^g mostly 0.7..0.95, a few far lower) fp32 [batch, HV] (KDA [batch, HV, K]) and beta in
+    (0.05, 0.95) fp32 [batch, HV]."""
+    HV = shape.num_v_heads
+    g = -torch.exp(torch.randn(_gate_shape(shape, batch), device=device) * 0.7 - 2.0)
     beta = torch.rand(batch, HV, device=device) * 0.9 + 0.05
     return g, beta
 
@@ -26,17 +33,22 @@ def step_inputs(shape: GdnLayerShape, batch, act_dtype, device):
     return (q.to(act_dtype), k.to(act_dtype), v, *gates(shape, batch, device))
 
 
-def raw_step_inputs(shape: GdnLayerShape, batch, act_dtype, device):
-    """Raw inputs as a model gives them: q, k, v in act_dtype and the gate projections a, b [batch, HV]."""
+def raw_step_inputs(shape: GdnLayerShape, batch, act_dtype, device, gate_dtype=torch.float32):
+    """Raw inputs as a model gives them: q, k, v in act_dtype (q, k of any norm) and the gate projections a
+    [batch, HV] (KDA [batch, HV, K]), b [batch, HV] in gate_dtype."""
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
-    q, k = (torch.randn(batch, H, K, device=device).to(act_dtype) for _ in range(2))
+    q, k = ((torch.randn(batch, H, K, device=device) * 3).to(act_dtype) for _ in range(2))
     v = torch.randn(batch, HV, V, device=device).to(act_dtype)
-    return q, k, v, torch.randn(batch, HV, device=device), torch.randn(batch, HV, device=device)
+    a = torch.randn(_gate_shape(shape, batch), device=device).to(gate_dtype)
+    return q, k, v, a, torch.randn(batch, HV, device=device).to(gate_dtype)
 
 
 def gate_params(shape: GdnLayerShape, device):
-    """A_log, dt_bias [HV]: -exp(A_log) softplus(a + dt_bias) with a ~ N(0, 1) gives e^g mostly in 0.5..0.97."""
-    HV = shape.num_v_heads
+    """A_log, dt_bias: -exp(A_log) softplus(a + dt_bias) with a ~ N(0, 1) gives e^g mostly in 0.5..0.97. [HV]
+    each; KDA: A_log [HV, 1] (per head, as Kimi's) and dt_bias [HV, K] (per channel)."""
+    HV, K = shape.num_v_heads, shape.head_k_dim
+    if shape.per_channel_decay:
+        return torch.rand(HV, 1, device=device) - 1.5, torch.rand(HV, K, device=device) - 2.0
     return torch.rand(HV, device=device) - 1.5, torch.rand(HV, device=device) - 2.0
 
 

@@ -1,10 +1,14 @@
-"""GPU tests of the Gated DeltaNet decode kernels against the PyTorch reference and the fp64 recurrence.
+"""GPU tests of the Gated DeltaNet and KDA decode kernels against the PyTorch reference and the fp64 recurrence,
+with prepared inputs and with raw inputs (q, k normalised and gates computed in the kernel).
 
 Tolerances (norm-relative, one table): the kernel and the reference differ only in summation order (e^E (S0 k)
 against S0 (e^E k), ring terms summed in another order) and in which side of a rounding boundary a stored value
 (checkpoint at flush, u record, y) lands, so the error is bounded by about two ulps of the coarsest dtype the
 step stores (fp32 gets 2e-5 for summation order over <= 64 terms). Against the fp64 recurrence, fp32 gets 5e-5
-(fp32 arithmetic over <= L replayed terms, as the CPU reference test).
+(fp32 arithmetic over <= L replayed terms, as the CPU reference test). With raw inputs the kernel's prepared
+q, k (another summation order for the norm) and g (fp32 exp / log1p) may land on the other side of a rounding
+boundary of the activation dtype, so the ring's k records and g are compared with the same tolerance, not
+bit for bit; KDA sums its flush terms newest first, which stays within the same bound.
 """
 
 import pytest
@@ -72,27 +76,42 @@ def _inputs(shape, batch, act_dtype):
     return step_inputs(shape, batch, act_dtype, DEV)
 
 
-@pytest.mark.parametrize("dtypes, dims, L", CASES, ids=_id)
-def test_replay_kernel_matches_reference(dtypes, dims, L):
+def _raw_reference_inputs(q, k, v, a, b, A_log, dt_bias):
+    """What the op hands the reference on the CPU for raw inputs: prepared q, k rounded to v's dtype, fp32 gates."""
+    qp, kp = prepare_qk(q, k)
+    g, beta = gdn_gating(a, b, A_log, dt_bias)
+    return qp.to(v.dtype), kp.to(v.dtype), g, beta
+
+
+def _check_replay_against_reference(dtypes, dims, L, kda=False, raw=False, gate_dtype=F32):
     """3L+3 steps from desynchronised cursors and origins, shuffled slots, a padding row, fresh inputs each step
-    (on odd steps v, g, beta and out are views with a wider batch stride): y, checkpoint, ring and cursors follow
-    the reference; checkpoints of non-flush rows stay bit-identical; padded rows and unused slots are untouched;
-    every non-padded output is written and nothing outside `out`'s view is."""
+    (on odd steps v, the gates and out are views with a wider batch stride): y, checkpoint, ring and cursors
+    follow the reference; checkpoints of non-flush rows stay bit-identical; padded rows and unused slots are
+    untouched; every non-padded output is written and nothing outside `out`'s view is. raw: q, k of any norm
+    and the gates a, b, A_log, dt_bias go to the kernel as they are."""
     state_dtype, act_dtype = dtypes
-    shape = GdnLayerShape(*dims)
+    shape = GdnLayerShape(*dims, per_channel_decay=kda)
     HV, V = shape.num_v_heads, shape.head_v_dim
     pool = random_pool(shape, 9, ReplayConfig(L, state_dtype, act_dtype), DEV)
     ref = clone_pool(pool)
+    A_log, dt_bias = gate_params(shape, DEV)
     batch = 6
     for step in range(3 * L + 3):
         slots = slot_map(batch, 9, n_pad=1, device=DEV)
-        q, k, v, g, beta = _inputs(shape, batch, act_dtype)
         out_big = poisoned((batch, HV + 2 * (step % 2), V), act_dtype, DEV)
         out = out_big[:, :HV]
-        if step % 2:
-            v, g, beta = _wide(v, 3), _wide(g, 5), _wide(beta, 1)
         before = clone_pool(pool)
-        gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+        if raw:
+            q, k, v, a, b = raw_step_inputs(shape, batch, act_dtype, DEV, gate_dtype)
+            if step % 2:
+                v, a, b = _wide(v, 3), _wide(a, 5), _wide(b, 1)
+            gdn_replay_decode(pool, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots, out=out)
+            q, k, g, beta = _raw_reference_inputs(q, k, v, a, b, A_log, dt_bias)
+        else:
+            q, k, v, g, beta = _inputs(shape, batch, act_dtype)
+            if step % 2:
+                v, g, beta = _wide(v, 3), _wide(g, 5), _wide(beta, 1)
+            gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
         y_ref = gdn_replay_decode_reference(ref, q, k, v, g, beta, slots)
         live = slots >= 0
         assert not torch.isnan(out[live]).any(), f"step {step}: output not fully written"
@@ -109,17 +128,54 @@ def test_replay_kernel_matches_reference(dtypes, dims, L):
             elif int(hist_before[s]) < L - 1:
                 assert torch.equal(pool.checkpoint[s], before.checkpoint[s]), \
                     f"step {step}: checkpoint of non-flush slot {s} changed"
-        assert torch.equal(pool.ring_k, ref.ring_k), f"step {step}: ring k records differ"
-        assert torch.equal(pool.ring_g, ref.ring_g), f"step {step}: ring g records differ"
+        if raw:
+            assert rel_err(pool.ring_k, ref.ring_k) < tol(*dtypes), f"step {step}: ring k records differ"
+            assert rel_err(pool.ring_g, ref.ring_g) < tol(*dtypes), f"step {step}: ring g records differ"
+        else:
+            assert torch.equal(pool.ring_k, ref.ring_k), f"step {step}: ring k records differ"
+            assert torch.equal(pool.ring_g, ref.ring_g), f"step {step}: ring g records differ"
         assert rel_err(pool.ring_u, ref.ring_u) < tol(*dtypes), f"step {step}: ring u records differ"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(*dtypes), f"step {step}: checkpoint differs"
 
 
+@pytest.mark.parametrize("dtypes, dims, L", CASES, ids=_id)
+def test_replay_kernel_matches_reference(dtypes, dims, L):
+    _check_replay_against_reference(dtypes, dims, L)
+
+
+# KDA: every dtype pair at K = V = 128, L = 16; then K = V in {64, 128} with L in {1, 4, 16, 64}.
+KDA_CASES = (
+    [(pair, BASE, 16) for pair in DTYPE_PAIRS]
+    + [((F32, BF16), (1, 2, 64, 64), 1), ((F32, F32), (2, 4, 64, 64), 4), ((BF16, BF16), (1, 2, 64, 64), 64),
+       ((F16, F16), (2, 8, 128, 128), 4), ((F32, F32), BASE, 64), ((F32, BF16), (2, 4, 64, 64), 16)]
+)
+
+
+@pytest.mark.parametrize("dtypes, dims, L", KDA_CASES, ids=_id)
+def test_kda_replay_kernel_matches_reference(dtypes, dims, L):
+    _check_replay_against_reference(dtypes, dims, L, kda=True)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=_id)
+def test_replay_kernel_with_raw_inputs_matches_reference(dtypes, kda):
+    """Raw q, k (normalised and scaled in the kernel) and raw gates (g, beta computed in the kernel)."""
+    _check_replay_against_reference(dtypes, BASE, 8, kda=kda, raw=True)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("dims, L", [((1, 2, 64, 64), 4), ((2, 8, 256, 128), 16), ((2, 4, 64, 256), 1)], ids=_id)
+def test_replay_kernel_with_half_precision_gates_matches_reference(dims, L, kda):
+    """a, b in bf16 (the projection's dtype), A_log, dt_bias in fp32, odd head dims."""
+    _check_replay_against_reference((F32, BF16), dims, L, kda=kda, raw=True, gate_dtype=BF16)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("L", [4, 16])
-def test_replay_kernel_matches_fp64_recurrence(L):
-    """fp32 state and activations, raw q, k and gates prepared by the op: outputs track the fp64 sequential
+def test_replay_kernel_matches_fp64_recurrence(L, kda):
+    """fp32 state and activations, raw q, k and gates prepared by the kernel: outputs track the fp64 sequential
     recurrence over 3L+40 steps, and checkpoint + ring hold the recurrence's state at the end."""
-    shape = GdnLayerShape(2, 8, 128, 128)
+    shape = GdnLayerShape(2, 8, 128, 128, per_channel_decay=kda)
     pool = random_pool(shape, 8, ReplayConfig(L, F32, F32), DEV)
     states = fold_ring(pool)
     A_log, dt_bias = gate_params(shape, DEV)
@@ -127,7 +183,7 @@ def test_replay_kernel_matches_fp64_recurrence(L):
         slots = slot_map(6, 8, n_pad=1, device=DEV)
         q, k, v, a, b = raw_step_inputs(shape, 6, F32, DEV)
         y = gdn_replay_decode(pool, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots)
-        qp, kp = prepare_qk(q, k)  # as the op prepares them (fp32, same device): the kernel's exact inputs
+        qp, kp = prepare_qk(q, k)  # fp32, as the kernel prepares them (up to summation order)
         g, beta = gdn_gating(a, b, A_log, dt_bias)
         for row, s in enumerate(slots.tolist()):
             if s < 0:
@@ -138,18 +194,26 @@ def test_replay_kernel_matches_fp64_recurrence(L):
     assert rel_err(fold_ring(pool), states) < TOL_FP64, "pool state off the recurrence"
 
 
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=_id)
-def test_replay_l1_equals_conventional_kernel_bitwise(dtypes):
-    """L=1: every step flushes an empty ring, so the replay kernel must equal the conventional kernel exactly."""
+def test_replay_l1_equals_conventional_kernel_bitwise(dtypes, kda):
+    """L=1: every step flushes an empty ring, so the replay kernel must equal the conventional kernel exactly
+    (prepared inputs on even steps, raw inputs on odd steps)."""
     state_dtype, act_dtype = dtypes
-    shape = GdnLayerShape(*BASE)
+    shape = GdnLayerShape(*BASE, per_channel_decay=kda)
+    A_log, dt_bias = gate_params(shape, DEV)
     pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype), DEV, desync=False)
     state = pool.checkpoint.clone()
     for step in range(4):
         slots = slot_map(4, 5, n_pad=1, device=DEV)
-        q, k, v, g, beta = _inputs(shape, 4, act_dtype)
-        y1 = gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, **PREPARED)
-        y2 = gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, slot_idx=slots, **PREPARED)
+        if step % 2:
+            q, k, v, a, b = raw_step_inputs(shape, 4, act_dtype, DEV)
+            gates, opts = dict(a=a, b=b, A_log=A_log, dt_bias=dt_bias), {}
+        else:
+            q, k, v, g, beta = _inputs(shape, 4, act_dtype)
+            gates, opts = dict(g=g, beta=beta), PREPARED
+        y1 = gdn_replay_decode(pool, q, k, v, **gates, slot_idx=slots, **opts)
+        y2 = gdn_conventional_decode(state, shape, q, k, v, **gates, slot_idx=slots, **opts)
         live = slots >= 0
         assert torch.equal(y1[live], y2[live]), f"step {step}: y"
         assert torch.equal(pool.checkpoint, state), f"step {step}: state"
@@ -160,23 +224,30 @@ CONV_CASES = [(pair, BASE) for pair in DTYPE_PAIRS] + [
     ((F32, F32), (4, 4, 256, 256))]
 
 
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("dtypes, dims", CONV_CASES, ids=_id)
-def test_conventional_kernel_matches_reference(dtypes, dims):
+def test_conventional_kernel_matches_reference(dtypes, dims, kda):
     """Four steps on 5 of 7 slots (2 padding rows, shuffled): y and state follow the reference, padded rows and
-    unused slots untouched, every live output written."""
+    unused slots untouched, every live output written (prepared inputs on even steps, raw on odd steps)."""
     state_dtype, act_dtype = dtypes
-    shape = GdnLayerShape(*dims)
+    shape = GdnLayerShape(*dims, per_channel_decay=kda)
+    A_log, dt_bias = gate_params(shape, DEV)
     HV, V, K = shape.num_v_heads, shape.head_v_dim, shape.head_k_dim
     state = (torch.randn(7, HV, V, K, device=DEV) * 0.5).to(state_dtype)
     ref_state = state.clone()
     for step in range(4):
         slots = slot_map(5, 7, n_pad=2, device=DEV)
-        q, k, v, g, beta = _inputs(shape, 5, act_dtype)
-        if step % 2:
-            v, g, beta = _wide(v, 1), _wide(g, 2), _wide(beta, 3)
         before = state.clone()
         out = poisoned((5, HV, V), act_dtype, DEV)
-        gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+        if step % 2:
+            q, k, v, a, b = raw_step_inputs(shape, 5, act_dtype, DEV)
+            v, a, b = _wide(v, 1), _wide(a, 2), _wide(b, 3)
+            gdn_conventional_decode(state, shape, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots,
+                                    out=out)
+            q, k, g, beta = _raw_reference_inputs(q, k, v, a, b, A_log, dt_bias)
+        else:
+            q, k, v, g, beta = _inputs(shape, 5, act_dtype)
+            gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
         y_ref = gdn_conventional_decode_reference(ref_state, q, k, v, g, beta, slots)
         live = slots >= 0
         assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), f"step {step}: out rows"
@@ -283,9 +354,9 @@ def _strided_last(t):
 
 
 @pytest.mark.parametrize("cfg, mutate, error, match", [
-    (dict(kda=True), None, NotImplementedError, "KDA kernels are not implemented yet; pass CPU tensors"),
     (dict(read_format="fp16"), None, NotImplementedError, "read_format=fp16: read copies"),
     (dict(read_format="nvfp4"), None, NotImplementedError, "read_format=nvfp4: read copies"),
+    (dict(kda=True, read_format="fp16"), None, NotImplementedError, "read_format=fp16: read copies"),
     ({}, lambda d: d.update(v=_strided_last(d["v"])), ValueError, "v must be contiguous in its last dimension"),
     ({}, lambda d: d.update(g=_strided_last(d["g"])), ValueError, "g must be contiguous in its last dimension"),
     ({}, lambda d: d.update(out=_strided_last(torch.empty_like(d["v"]))), ValueError,
@@ -296,7 +367,7 @@ def _strided_last(t):
     ({}, lambda d: d.update(slot_idx=torch.tensor([0, 1, 2], dtype=torch.int32)), ValueError,
      r"slot_idx is on cpu, expected cuda:\d"),
     ({}, lambda d: d.update({n: d[n].cpu() for n in d}), ValueError, r"v is on cpu but the pool is on cuda:\d"),
-], ids=["kda", "read_copy_fp16", "read_copy_nvfp4", "v_strided", "g_strided", "out_strided", "v_misaligned",
+], ids=["read_copy_fp16", "read_copy_nvfp4", "kda_read_copy", "v_strided", "g_strided", "out_strided", "v_misaligned",
         "g_on_cpu", "slot_idx_on_cpu", "pool_on_other_device"])
 def test_replay_refuses_what_the_kernels_cannot_do(cfg, mutate, error, match):
     pool, d = _refusal_case(**cfg)
@@ -309,11 +380,23 @@ def test_replay_refuses_what_the_kernels_cannot_do(cfg, mutate, error, match):
         assert torch.equal(t, before.buffers[name]), f"{name} changed on a refused call"
 
 
-def test_conventional_refuses_kda_and_state_on_another_device():
+@pytest.mark.parametrize("kda, A_log_shape, match", [
+    (False, (4, 1), r"A_log has shape \(4, 1\), expected one of \[\(4,\)\]"),
+    (True, (4,), r"A_log has shape \(4,\), expected one of \[\(4, 1\), \(4, 128\)\]"),
+], ids=["gdn_per_channel_A_log", "kda_ambiguous_A_log"])
+def test_raw_gates_refuse_parameters_of_another_shape(kda, A_log_shape, match):
+    shape = GdnLayerShape(*BASE, per_channel_decay=kda)
+    pool = random_pool(shape, 4, ReplayConfig(4, F32, BF16), DEV)
+    q, k, v, a, b = raw_step_inputs(shape, 3, BF16, DEV)
+    _, dt_bias = gate_params(shape, DEV)
+    before = clone_pool(pool)
+    with pytest.raises(ValueError, match=match):
+        gdn_replay_decode(pool, q, k, v, a=a, b=b, A_log=torch.zeros(A_log_shape, device=DEV), dt_bias=dt_bias)
+    for name, t in pool.buffers.items():
+        assert torch.equal(t, before.buffers[name]), f"{name} changed on a refused call"
+
+
+def test_conventional_refuses_state_on_another_device():
     q, k, v, g, beta = _inputs(GdnLayerShape(*BASE), 3, BF16)
-    kda = GdnLayerShape(*BASE, per_channel_decay=True)
-    g_kda = g[..., None].expand(3, 4, 128).contiguous()
-    with pytest.raises(NotImplementedError, match="KDA kernels are not implemented yet; pass CPU tensors"):
-        gdn_conventional_decode(torch.zeros(3, 4, 128, 128, device=DEV), kda, q, k, v, g=g_kda, beta=beta)
     with pytest.raises(ValueError, match=r"state is on cpu, expected cuda:\d"):
         gdn_conventional_decode(torch.zeros(3, 4, 128, 128), GdnLayerShape(*BASE), q, k, v, g=g, beta=beta)

@@ -132,7 +132,7 @@ def test_native_rejects_mismatched_struct_size():
 # ---- Gated DeltaNet: the binding against params.h, and the native table against GDN_HEAD_DIMS ----
 
 PARAMS_H = Path(__file__).resolve().parents[1] / "plugins" / "include" / "replayssm"
-_C_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
+_C_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
 
 
 def _header_fields(header: Path, struct: str):
@@ -232,3 +232,37 @@ def test_gdn_binding_asks_to_rebuild_a_library_without_gdn(monkeypatch):
     monkeypatch.setattr(_lib, "has_symbol", lambda lib, name: False)
     with pytest.raises(_lib.KernelError, match="rssm_gdn_decode_validate.*rebuild"):
         gdn_kernels.validate(gdn_kernels.GdnDecodeParams())
+
+
+@needs_gdn
+def test_native_gdn_raw_gates_need_no_g_beta_but_every_raw_input():
+    raw = dict(gate_mode=gdn_kernels.GATES_RAW, g=None, beta=None, a=1 << 20, b=1 << 20, A_log=1 << 20,
+               dt_bias=1 << 20, gate_dtype=2, gate_param_dtype=0)
+    assert _gdn_status(**raw) == (0, "")
+    assert _gdn_status(**raw, per_channel_decay=1, qk_flags=gdn_kernels.QK_L2NORM | gdn_kernels.QK_SCALE,
+                       q_scale=0.125) == (0, "")
+    for name in ("a", "b", "A_log", "dt_bias"):
+        status, msg = _gdn_status(**{**raw, name: None})
+        assert status != 0 and msg == f"{name} is NULL (required by raw gates)", name
+    status, msg = _gdn_status(g=None)
+    assert status != 0 and msg == "g is NULL (required by precomputed gates)"
+
+
+@needs_gdn
+@pytest.mark.parametrize("field, value, match", [
+    ("per_channel_decay", 2, "per_channel_decay=2 is not supported (0 = GDN, 1 = KDA)"),
+    ("qk_flags", 4, "qk_flags=4 is not supported (bits: 1 = L2 norm, 2 = scale q)"),
+    ("gate_mode", 2, "gate_mode=2 is not supported (0 = precomputed g, beta; 1 = raw)"),
+])
+def test_native_gdn_rejects_unknown_options(field, value, match):
+    status, msg = _gdn_status(**{field: value})
+    assert status != 0 and msg == match
+
+
+@needs_gdn
+def test_native_gdn_rejects_unsupported_gate_dtypes():
+    raw = dict(gate_mode=gdn_kernels.GATES_RAW, a=1 << 20, b=1 << 20, A_log=1 << 20, dt_bias=1 << 20)
+    status, msg = _gdn_status(**raw, gate_dtype=7)
+    assert status != 0 and msg == "gate_dtype=7 is not supported (supported: fp32, fp16, bf16)"
+    status, msg = _gdn_status(**raw, gate_param_dtype=9)
+    assert status != 0 and msg == "gate_param_dtype=9 is not supported (supported: fp32, fp16, bf16)"

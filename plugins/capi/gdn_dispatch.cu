@@ -90,10 +90,33 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
     const void* ptr;
     const char* name;
   };
-  const Named required[] = {{p.state, "state"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"},
-                            {p.g, "g"},         {p.beta, "beta"}, {p.y, "y"}};
+  const Named required[] = {{p.state, "state"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.y, "y"}};
   for (const Named& r : required)
     if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  if (p.per_channel_decay != 0 && p.per_channel_decay != 1)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "per_channel_decay=%d is not supported (0 = GDN, 1 = KDA)",
+                p.per_channel_decay);
+  if (p.qk_flags & ~(RSSM_GDN_QK_L2NORM | RSSM_GDN_QK_SCALE))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "qk_flags=%d is not supported (bits: 1 = L2 norm, 2 = scale q)",
+                p.qk_flags);
+  if (p.gate_mode == RSSM_GDN_GATES_PRECOMPUTED) {
+    const Named gates[] = {{p.g, "g"}, {p.beta, "beta"}};
+    for (const Named& r : gates)
+      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by precomputed gates)", r.name);
+  } else if (p.gate_mode == RSSM_GDN_GATES_RAW) {
+    const Named gates[] = {{p.a, "a"}, {p.b, "b"}, {p.A_log, "A_log"}, {p.dt_bias, "dt_bias"}};
+    for (const Named& r : gates)
+      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by raw gates)", r.name);
+    if (!dtype_supported(p.gate_dtype))
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "gate_dtype=%d is not supported (supported: fp32, fp16, bf16)",
+                  p.gate_dtype);
+    if (!dtype_supported(p.gate_param_dtype))
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "gate_param_dtype=%d is not supported (supported: fp32, fp16, bf16)",
+                  p.gate_param_dtype);
+  } else {
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "gate_mode=%d is not supported (0 = precomputed g, beta; 1 = raw)",
+                p.gate_mode);
+  }
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   // Rows of q, k are read with vector loads, rows of v with 8-byte asynchronous copies.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;

@@ -4,10 +4,12 @@ Gating comes either precomputed (g, beta) or raw (a, b, A_log, dt_bias), as the 
 q and k are L2-normalised (use_qk_l2norm) and q scaled by K^-1/2 (or `scale`) before the recurrence.
 
 CUDA tensors run the kernels (current stream, no synchronisation, capturable in a CUDA graph); CPU tensors run
-the PyTorch reference with the same semantics. The kernels take prepared inputs, so on CUDA the gating and the
-q/k preparation still run in PyTorch first: they allocate q, k (in v's dtype) and, from raw gates, g and beta
-(fp32) each step. Not on CUDA yet (refused with a message saying so): KDA (per-channel decay) and pools with a
-read copy. Inputs are validated before anything is touched; errors name the argument and its value.
+the PyTorch reference with the same semantics. On CUDA the kernel prepares q, k and computes g, beta from raw
+gates itself, so raw inputs pass straight through (no extra PyTorch kernels), with two exceptions that add a
+small conversion: q or k in another dtype than v (prepared in PyTorch, as the reference does), and a, b (or
+A_log, dt_bias) of two different dtypes. GDN and KDA (per-channel decay) both run on CUDA. Not on CUDA yet
+(refused with a message saying so): pools with a read copy. Inputs are validated before anything is touched;
+errors name the argument and its value.
 
 In-place: conventional writes state[slot] of every non-padding row; replay writes the ring record and cursor of
 every non-padding row and the checkpoint of flushing rows. Both write `out` (allocated when None) at non-padding
@@ -29,16 +31,13 @@ __all__ = ["gdn_conventional_decode", "gdn_replay_decode"]
 _KERNEL_DTYPES = ", ".join(dtype_name(d) for d in DTYPE_CODES)
 
 
-def _check_cuda(shape: GdnLayerShape, v, g, beta, out, state):
+def _check_cuda(shape: GdnLayerShape, v, g, beta, a, b, A_log, dt_bias, out, state):
     """What the kernels need beyond the reference: checked on CUDA only, before anything is written."""
-    if shape.per_channel_decay:
-        raise NotImplementedError("KDA kernels are not implemented yet; pass CPU tensors (PyTorch reference)")
     _check(state.dtype in DTYPE_CODES, f"state has dtype {dtype_name(state.dtype)}; supported: {_KERNEL_DTYPES}")
     _check(v.dtype in DTYPE_CODES, f"v has dtype {dtype_name(v.dtype)}; supported: {_KERNEL_DTYPES}")
     _check(state.is_contiguous(), "state must be contiguous")
-    # v, out, and g and beta unless they come from raw gates, reach the kernel as given; q and k are copies
-    # made by the preparation.
-    for name, t in (("v", v), ("out", out), ("g", g), ("beta", beta)):
+    # v, out, the gates (g, beta or a, b) and q, k reach the kernel as given (the library checks q, k rows).
+    for name, t in (("v", v), ("out", out), ("g", g), ("beta", beta), ("a", a), ("b", b)):
         if t is not None:
             _check(t.stride(-1) == 1, f"{name} must be contiguous in its last dimension (stride {t.stride(-1)})")
     # The library wants rows of v on 16 bytes (the kernel stages them with asynchronous copies).
@@ -46,12 +45,37 @@ def _check_cuda(shape: GdnLayerShape, v, g, beta, out, state):
     _check(v.data_ptr() % 16 == 0 and all(s * nbytes % 16 == 0 for s in v.stride()[:2]),
            f"v rows must be 16-byte aligned (data_ptr % 16 = {v.data_ptr() % 16}, strides {tuple(v.stride()[:2])} "
            f"elements of {nbytes} bytes)")
+    if A_log is not None:
+        HV, K = shape.num_v_heads, shape.head_k_dim
+        allowed = [(HV, 1), (HV, K)] if shape.per_channel_decay else [(HV,)]
+        for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+            _check(tuple(t.shape) in allowed, f"{name} has shape {tuple(t.shape)}, expected one of {allowed}")
+        for name, t in (("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias)):
+            _check(t.dtype in DTYPE_CODES, f"{name} has dtype {dtype_name(t.dtype)}; supported: {_KERNEL_DTYPES}")
+
+
+def _kernel_inputs(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale):
+    """(q, k, g, beta, options of kernels.fill_params): raw q, k and raw gates pass through for the kernel to
+    prepare (it follows reference.prepare_qk and gdn_gating, rounding the prepared q, k to v's dtype)."""
+    opts = dict(per_channel_decay=shape.per_channel_decay)
+    if q.dtype == k.dtype == v.dtype:
+        s = shape.head_k_dim ** -0.5 if scale is None else float(scale)
+        opts.update(qk_flags=(kernels.QK_L2NORM if use_qk_l2norm else 0) | (kernels.QK_SCALE if s != 1.0 else 0),
+                    q_scale=s)
+    else:  # the kernel reads q, k in v's dtype: prepare them here, as the reference does
+        q, k = (t.to(v.dtype) for t in prepare_qk(q, k, use_qk_l2norm, scale))
+    if g is None:
+        opts.update(a=a, b=b if b.dtype == a.dtype else b.to(a.dtype), A_log=A_log,
+                    dt_bias=dt_bias if dt_bias.dtype == A_log.dtype else dt_bias.to(A_log.dtype))
+    else:
+        g, beta = g.float(), beta.float()
+    return q, k, g, beta, opts
 
 
 def _prepare(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out,
              state):
-    """Validates the inputs (state: the tensor the step updates, for the CUDA checks) and returns (q, k, g, beta)
-    as the recurrence reads them."""
+    """Validates the inputs (state: the tensor the step updates, for the CUDA checks). On CUDA returns the
+    kernel's inputs (_kernel_inputs); elsewhere (q, k, g, beta, {}) as the recurrence reads them."""
     _check(isinstance(v, torch.Tensor) and v.dim() == 3, "v must be a tensor [batch, num_v_heads, head_v_dim]")
     n, dev = v.shape[0], v.device
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -81,14 +105,15 @@ def _prepare(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_q
     if out is not None:
         _check(tuple(out.shape) == (n, HV, V) and out.dtype == v.dtype, "out must have v's shape and dtype")
     if dev.type == "cuda":
-        _check_cuda(shape, v, g, beta, out, state)
+        _check_cuda(shape, v, g, beta, a, b, A_log, dt_bias, out, state)
+        return _kernel_inputs(shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale)
     if g is None:
         g, beta = gdn_gating(a, b, A_log, dt_bias)
     if not use_qk_l2norm and scale == 1.0 and q.dtype == k.dtype == v.dtype:
         qp, kp = q, k  # already prepared: launch nothing extra
     else:
         qp, kp = prepare_qk(q, k, use_qk_l2norm, scale)
-    return qp.to(v.dtype), kp.to(v.dtype), g.float(), beta.float()
+    return qp.to(v.dtype), kp.to(v.dtype), g.float(), beta.float(), {}
 
 
 def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log=None, dt_bias=None,
@@ -103,18 +128,18 @@ def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log
            f"v has dtype {dtype_name(getattr(v, 'dtype', None))} but the pool's act_dtype is "
            f"{dtype_name(pool.cfg.act_dtype)}")
     _check(v.device == pool.device, f"v is on {v.device} but the pool is on {pool.device}")
-    if v.device.type == "cuda" and pool.cfg.read_format != "none" and not pool.shape.per_channel_decay:
+    if v.device.type == "cuda" and pool.cfg.read_format != "none":
         raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
                                   "only so far (CPU tensors); the GDN kernels do not read them yet")
-    qp, kp, g, beta = _prepare(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx,
-                               out, pool.checkpoint)
+    qp, kp, g, beta, opts = _prepare(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale,
+                                     slot_idx, out, pool.checkpoint)
     y = torch.empty_like(v) if out is None else out
     if v.shape[0] == 0:  # an empty batch launches nothing
         return y
     if v.device.type != "cuda":
         return gdn_replay_decode_reference(pool, qp, kp, v, g, beta, slot_idx, pad_slot_id, y)
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, qp, kp, v, g, beta, y, slot_idx, pad_slot_id,
-                            pool.ring_u, pool.ring_k, pool.ring_g, pool.cursor, pool.buffer_len)
+                            pool.ring_u, pool.ring_k, pool.ring_g, pool.cursor, pool.buffer_len, **opts)
     kernels.launch(p, v.device)
     return y
 
@@ -128,14 +153,14 @@ def gdn_conventional_decode(state, shape: GdnLayerShape, q, k, v, *, g=None, bet
     want = (shape.num_v_heads, shape.head_v_dim, shape.head_k_dim)
     _check(isinstance(state, torch.Tensor) and state.dim() == 4 and tuple(state.shape[1:]) == want,
            f"state has shape {tuple(getattr(state, 'shape', ()))}, expected [slots, *{want}]")
-    qp, kp, g, beta = _prepare(shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx, out,
-                               state)
+    qp, kp, g, beta, opts = _prepare(shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, slot_idx,
+                                     out, state)
     y = torch.empty_like(v) if out is None else out
     if v.shape[0] == 0:
         return y
     if v.device.type != "cuda":
         return gdn_conventional_decode_reference(state, qp, kp, v, g, beta, slot_idx, pad_slot_id, y)
-    p = kernels.fill_params(kernels.CONVENTIONAL, state, qp, kp, v, g, beta, y, slot_idx, pad_slot_id)
+    p = kernels.fill_params(kernels.CONVENTIONAL, state, qp, kp, v, g, beta, y, slot_idx, pad_slot_id, **opts)
     kernels.launch(p, v.device)
     return y
 

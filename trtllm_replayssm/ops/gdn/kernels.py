@@ -15,6 +15,8 @@ from trtllm_replayssm import _lib
 from trtllm_replayssm.config import DTYPE_CODES
 
 CONVENTIONAL, REPLAY = 0, 1  # rssm_gdn_mode
+QK_L2NORM, QK_SCALE = 1, 2  # rssm_gdn_qk_flags
+GATES_PRECOMPUTED, GATES_RAW = 0, 1  # rssm_gdn_gate_mode
 
 _i32, _i64, _ptr = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p
 
@@ -32,17 +34,34 @@ class GdnDecodeParams(ctypes.Structure):
     _fields_ += [(n, _i64) for n in ("q_batch_stride", "q_head_stride", "k_batch_stride", "k_head_stride",
                                      "v_batch_stride", "v_head_stride", "g_batch_stride", "beta_batch_stride",
                                      "y_batch_stride", "y_head_stride")]
+    _fields_ += [("per_channel_decay", _i32), ("qk_flags", _i32), ("q_scale", ctypes.c_float), ("gate_mode", _i32),
+                 ("gate_dtype", _i32), ("gate_param_dtype", _i32)]
+    _fields_ += [(n, _ptr) for n in ("a", "b", "A_log", "dt_bias")]
+    _fields_ += [(n, _i64) for n in ("g_head_stride", "a_batch_stride", "a_head_stride", "b_batch_stride",
+                                     "A_log_head_stride", "A_log_k_stride", "dt_bias_head_stride",
+                                     "dt_bias_k_stride")]
 
 
 def _ptr_of(t):
     return None if t is None else t.data_ptr()
 
 
+def _param_strides(t, per_channel_decay):
+    """(head, channel) element strides of A_log / dt_bias: [HV] per head, or (KDA) [HV, 1] per head or [HV, K]
+    per channel."""
+    if t.dim() == 1:
+        return t.stride(0), 0
+    return t.stride(0), t.stride(1) if per_channel_decay and t.shape[1] > 1 else 0
+
+
 def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1, ring_u=None, ring_k=None,
-                ring_g=None, cursor=None, buffer_len=1) -> GdnDecodeParams:
-    """The params of one step. state [slots, HV, V, K] (the pool's checkpoint in replay); q, k [b, H, K] prepared,
-    v, y [b, HV, V] (act dtype); g, beta [b, HV] fp32, heads contiguous; strides are taken from the tensors
-    (in elements). Conventional mode leaves the ring pointers NULL and buffer_len 1."""
+                ring_g=None, cursor=None, buffer_len=1, *, qk_flags=0, q_scale=1.0, per_channel_decay=False,
+                a=None, b=None, A_log=None, dt_bias=None) -> GdnDecodeParams:
+    """The params of one step. state [slots, HV, V, K] (the pool's checkpoint in replay); q, k [b, H, K] (act
+    dtype; prepared unless qk_flags), v, y [b, HV, V] (act dtype); either g, beta fp32 ([b, HV], KDA g [b, HV, K];
+    heads / channels contiguous) or the raw gates a [b, HV] (KDA [b, HV, K]), b [b, HV] in one dtype and A_log,
+    dt_bias [HV] (KDA [HV, 1] or [HV, K]) in one dtype; strides are taken from the tensors (in elements). Conventional
+    mode leaves the ring pointers NULL and buffer_len 1."""
     p = GdnDecodeParams()
     p.batch, p.num_k_heads, p.head_k_dim = q.shape[0], q.shape[1], q.shape[2]
     p.num_v_heads, p.head_v_dim = v.shape[1], v.shape[2]
@@ -55,7 +74,18 @@ def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1,
     for name, t in (("q", q), ("k", k), ("v", v), ("y", y)):
         setattr(p, f"{name}_batch_stride", t.stride(0))
         setattr(p, f"{name}_head_stride", t.stride(1))
-    p.g_batch_stride, p.beta_batch_stride = g.stride(0), beta.stride(0)
+    p.per_channel_decay, p.qk_flags, p.q_scale = int(per_channel_decay), qk_flags, q_scale
+    if g is not None:
+        p.gate_mode = GATES_PRECOMPUTED
+        p.g_batch_stride, p.beta_batch_stride = g.stride(0), beta.stride(0)
+        p.g_head_stride = g.stride(1) if per_channel_decay else 0
+    else:
+        p.gate_mode = GATES_RAW
+        p.gate_dtype, p.gate_param_dtype = DTYPE_CODES[a.dtype], DTYPE_CODES[A_log.dtype]
+        p.a, p.b, p.A_log, p.dt_bias = (t.data_ptr() for t in (a, b, A_log, dt_bias))
+        p.a_batch_stride, p.a_head_stride, p.b_batch_stride = a.stride(0), a.stride(1), b.stride(0)
+        p.A_log_head_stride, p.A_log_k_stride = _param_strides(A_log, per_channel_decay)
+        p.dt_bias_head_stride, p.dt_bias_k_stride = _param_strides(dt_bias, per_channel_decay)
     return p
 
 

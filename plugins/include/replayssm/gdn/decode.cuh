@@ -19,6 +19,16 @@
 //                        y = S q;  store S;  history := 0
 // The conventional step is the flush route with h = 0 and no ring, performing the same operations in the same
 // order: at L = 1 the replay step equals it bit for bit.
+//
+// KDA (template flag KDA; g has one value per key channel, the same code otherwise): D_j and E are vectors of
+// length K and the decay scales state columns, S' = S0 diag(e^E) + sum_{j<h} u_j (k_j ⊙ e^{D_j})ᵀ. The
+// output-only route reads the checkpoint at e^E ⊙ k and e^E ⊙ q, and its ring terms use the per-pair products
+// (k_j ⊙ e^{D_j})·k and ·q, computed once per (row, value head) in the prologue; the flush scales each state
+// column by e^E and rebuilds the ring terms column by column.
+//
+// Optional in-kernel preparation (params.h options): q, k L2-normalised and q scaled where the block loads
+// them, then rounded to the activation dtype (the op's reference rounds the prepared q, k there too, and the
+// ring stores k in that dtype); raw gates turned into g, beta per head (KDA: per channel) in fp32.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -37,14 +47,17 @@ struct SmemPlan {
   int ring_k;        // [L][K]: the key head's ring of k records
   int ring_u;        // [units][L][rows]: the chunk units' ring u records
   int v;             // [units][rows]: the current v at the units' rows
-  int ring_g;        // [heads][round_up(L, 4)] fp32: the chunk heads' rings of g
+  int ring_g;        // [heads][round_up(L, 4)] fp32 (KDA: [heads][L][K]): the chunk heads' rings of g
   int cursor;        // [heads][RSSM_CURSOR_FIELDS] int32: one cursor replica per chunk head
-  int w, ck, cq;     // [heads][L] fp32 by record j: w_j, w_j (k_j·k), w_j (k_j·q)
+  int w, ck, cq;     // [heads][L] fp32 by record j: w_j, w_j (k_j·k), w_j (k_j·q) (KDA: -, (k_j ⊙ e^{D_j})·k, ·q)
+  int g_cur, decay;  // KDA: [heads][K] fp32 each: the current g and e^E per channel
+  int kq_cur;        // KDA: [2][K] fp32: the current (prepared) k and q
   int stage0, stage_bytes;
   int bytes;
 };
 
-inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int state_bytes, int act_bytes, int stages) {
+inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int state_bytes, int act_bytes, int stages,
+                          bool kda) {
   SmemPlan s{};
   int off = 0;
   auto take = [&](int bytes) {
@@ -55,18 +68,49 @@ inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int stat
   s.ring_k = take(L * K * act_bytes);
   s.ring_u = take(units * L * rows * act_bytes);
   s.v = take(units * rows * act_bytes);
-  s.ring_g = take(heads * round_up(L, 4) * 4);
+  s.ring_g = take(kda ? heads * L * K * 4 : heads * round_up(L, 4) * 4);
   s.cursor = take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
   s.w = take(heads * L * 4);
   s.ck = take(heads * L * 4);
   s.cq = take(heads * L * 4);
+  s.g_cur = take(kda ? heads * K * 4 : 0);
+  s.decay = take(kda ? heads * K * 4 : 0);
+  s.kq_cur = take(kda ? 2 * K * 4 : 0);
   s.stage0 = off;
   s.stage_bytes = round_up(rows * K * state_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
 }
 
-template <typename StateT, typename ActT, int K, bool REPLAY>
+// One element of a raw gate input of the given rssm_dtype, widened to fp32.
+__device__ __forceinline__ float load_gate(const void* ptr, int dtype, int64_t i) {
+  switch (dtype) {
+    case RSSM_DTYPE_FP16: return to_float(static_cast<const __half*>(ptr)[i]);
+    case RSSM_DTYPE_BF16: return to_float(static_cast<const __nv_bfloat16*>(ptr)[i]);
+    default: return static_cast<const float*>(ptr)[i];
+  }
+}
+
+// g = -exp(A_log) softplus(a + dt_bias) for value head hv (KDA: at key channel c) of batch row b, from the raw
+// gates, or the precomputed g; fp32 as reference.gdn_gating.
+template <bool KDA>
+__device__ __forceinline__ float gate_g(const rssm_gdn_decode_params& p, int b, int hv, int c) {
+  if (p.gate_mode != RSSM_GDN_GATES_RAW)
+    return KDA ? p.g[b * p.g_batch_stride + hv * p.g_head_stride + c] : p.g[b * p.g_batch_stride + hv];
+  const int64_t ia = b * p.a_batch_stride + hv * p.a_head_stride + (KDA ? c : 0);
+  const int64_t il = hv * p.A_log_head_stride + (KDA ? c * p.A_log_k_stride : 0);
+  const int64_t id = hv * p.dt_bias_head_stride + (KDA ? c * p.dt_bias_k_stride : 0);
+  const float x = load_gate(p.a, p.gate_dtype, ia) + load_gate(p.dt_bias, p.gate_param_dtype, id);
+  return -expf(load_gate(p.A_log, p.gate_param_dtype, il)) * softplus_thresholded(x);
+}
+
+// beta of value head hv of batch row b: sigmoid(b) from the raw gates, or the precomputed beta.
+__device__ __forceinline__ float gate_beta(const rssm_gdn_decode_params& p, int b, int hv) {
+  if (p.gate_mode != RSSM_GDN_GATES_RAW) return p.beta[b * p.beta_batch_stride + hv];
+  return 1.f / (1.f + expf(-load_gate(p.b, p.gate_dtype, b * p.b_batch_stride + hv)));
+}
+
+template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     decode_kernel(const __grid_constant__ rssm_gdn_decode_params p, const Shape shape, const SmemPlan sp) {
   using Tl = Tiling<StateT, K>;
@@ -104,7 +148,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const ActT* const v_blk = static_cast<const ActT*>(p.v) + b * p.v_batch_stride + head0 * p.v_head_stride;
   ActT* const y_blk = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
   ActT* const ring_u_blk = REPLAY ? static_cast<ActT*>(p.ring_u) + sh0 * L * V : nullptr;
-  float* const ring_g_blk = REPLAY ? p.ring_g + sh0 * ldg : nullptr;
+  float* const ring_g_blk = REPLAY ? p.ring_g + sh0 * (KDA ? L * K : ldg) : nullptr;
   int32_t* const cursor_blk = REPLAY ? p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS : nullptr;
   const int vhs = static_cast<int>(p.v_head_stride), yhs = static_cast<int>(p.y_head_stride);
 
@@ -150,7 +194,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         }
       }
     }
-    const int ng = heads * ldg / 4;  // the chunk heads' g rows are consecutive
+    const int ng = heads * (KDA ? L * K : ldg) / 4;  // the chunk heads' g rows are consecutive
     for (int i = threadIdx.x; i < ng; i += blockDim.x) cp_async<16>(smem + sp.ring_g + i * 16, ring_g_blk + i * 4);
     if (threadIdx.x < heads) {
       const int hh = threadIdx.x, u_first = max((hh << TL) - tile_base, 0);
@@ -173,11 +217,65 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
     load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
   }
+  if (p.qk_flags) {  // in-kernel preparation of q and k (warp-uniform)
+    if (p.qk_flags & RSSM_GDN_QK_L2NORM) {
+      // |k|², |q|² over the LPR lanes of a row, which hold all K columns between them.
+      float nk = 0.f, nq = 0.f;
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          nk = fmaf(Kc[c][e], Kc[c][e], nk);
+          nq = fmaf(Qc[c][e], Qc[c][e], nq);
+        }
+      const float rk = rsqrtf(group_sum<LPR>(nk) + 1e-6f), rq = rsqrtf(group_sum<LPR>(nq) + 1e-6f);
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          Kc[c][e] *= rk;
+          Qc[c][e] *= rq;
+        }
+    }
+    const float qs = (p.qk_flags & RSSM_GDN_QK_SCALE) ? p.q_scale : 1.f;
+    // Rounding point: the prepared q and k are rounded to the activation dtype (as the reference prepares them,
+    // and as the ring stores k), and every product below reads the rounded values.
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        Kc[c][e] = to_float(from_float<ActT>(Kc[c][e]));
+        Qc[c][e] = to_float(from_float<ActT>(Qc[c][e] * qs));
+      }
+  }
+  float* const g_cur_s = reinterpret_cast<float*>(smem + sp.g_cur);  // KDA only
+  float* const decay_s = reinterpret_cast<float*>(smem + sp.decay);  // KDA only
+  float* const kq_cur_s = reinterpret_cast<float*>(smem + sp.kq_cur);  // KDA only: [0, K) k, [K, 2K) q
   if (threadIdx.x < heads) {
-    const float g = p.g[b * p.g_batch_stride + head0 + threadIdx.x];
-    s_g[threadIdx.x] = g;
-    s_beta[threadIdx.x] = p.beta[b * p.beta_batch_stride + head0 + threadIdx.x];
-    if (!REPLAY) s_abar[threadIdx.x] = expf(g);  // the weights at h = 0: e^E = e^g, no ring terms
+    const int hv = head0 + threadIdx.x;
+    s_beta[threadIdx.x] = gate_beta(p, b, hv);
+    if (!KDA) {
+      const float g = gate_g<false>(p, b, hv, 0);
+      s_g[threadIdx.x] = g;
+      if (!REPLAY) s_abar[threadIdx.x] = expf(g);  // the weights at h = 0: e^E = e^g, no ring terms
+    }
+  }
+  if (KDA) {
+    for (int i = threadIdx.x; i < heads * K; i += blockDim.x) {
+      const int hh = i / K, c = i - hh * K;
+      const float g = gate_g<true>(p, b, head0 + hh, c);
+      g_cur_s[i] = g;
+      if (!REPLAY) decay_s[i] = expf(g);  // e^E = e^g at h = 0
+    }
+    if (warp == 0 && seg == 0) {
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          kq_cur_s[(c * LPR + col_lane) * VEC + e] = Kc[c][e];
+          kq_cur_s[K + (c * LPR + col_lane) * VEC + e] = Qc[c][e];
+        }
+    }
   }
   cp_async_wait_group<2>();  // group 0 has landed for this thread's copies
   __syncthreads();           // ... and for everyone's
@@ -195,14 +293,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int q = lane % SHARE;
   const bool key_first_block = (unit0 >> TL) == 0;  // writes the key head's ring of k records
 
-  // Once per block: k_pos·k and k_pos·q for every ring position (replay) and k·q of the current token
+  // Once per block: k_pos·k and k_pos·q for every ring position (replay, GDN) and k·q of the current token
   // (position L); segment seg of warp w takes positions w * RPI + seg, + nseg, ... (warp-uniform loop).
+  // KDA weighs each channel of these products by its own decay: they are per value head (below).
+  constexpr bool RING_DOTS = REPLAY && !KDA;
   {
     const int nseg = nwarps * RPI;
-    for (int j0 = warp * RPI; j0 <= (REPLAY ? L : 0); j0 += nseg) {
+    for (int j0 = warp * RPI; j0 <= (RING_DOTS ? L : 0); j0 += nseg) {
       const int j = j0 + seg;
       float dk = 0.f, dq = 0.f;
-      if (REPLAY && j < L) {
+      if (RING_DOTS && j < L) {
 #pragma unroll
         for (int c = 0; c < NV; ++c) {
           float kj[VEC];
@@ -213,7 +313,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
             dq = fmaf(kj[e], Qc[c][e], dq);
           }
         }
-      } else if (j == (REPLAY ? L : 0)) {
+      } else if (j == (RING_DOTS ? L : 0)) {
 #pragma unroll
         for (int c = 0; c < NV; ++c)
 #pragma unroll
@@ -221,18 +321,63 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       }
       dk = group_sum<LPR>(dk);
       dq = group_sum<LPR>(dq);
-      if (col_lane == 0 && REPLAY && j < L) {
+      if (col_lane == 0 && RING_DOTS && j < L) {
         s_kk[j] = dk;
         s_kq[j] = dq;
       }
-      if (col_lane == 0 && j == (REPLAY ? L : 0)) s_kq_cur = dq;
+      if (col_lane == 0 && j == (RING_DOTS ? L : 0)) s_kq_cur = dq;
     }
     __syncthreads();
   }
   float* const w_s = reinterpret_cast<float*>(smem + sp.w);
   float* const ck_s = reinterpret_cast<float*>(smem + sp.ck);
   float* const cq_s = reinterpret_cast<float*>(smem + sp.cq);
-  if (REPLAY) {
+  if (REPLAY && KDA) {
+    // Per-pair products of each chunk head's window, one warp per head, lane l holding channels l, l + 32, ...:
+    // D_j = D_{j+1} + g_{j+1} from the newest record back (the current g is g_h), (k_j ⊙ e^{D_j})·k and ·q for
+    // the records j < h, then e^E with E = D_0 + g_0. Cursor clamped as below.
+    constexpr int CPL = K / 32;
+    for (int hh = warp; hh < heads; hh += nwarps) {
+      const int2 cur = *reinterpret_cast<const int2*>(smem + sp.cursor + hh * RSSM_CURSOR_FIELDS * 4);
+      const int hist = min(max(cur.x, 0), L - 1);
+      const int origin = (cur.y < 0 || cur.y >= L) ? ((cur.y % L) + L) % L : cur.y;
+      const float* rg_s = reinterpret_cast<const float*>(smem + sp.ring_g) + hh * L * K;
+      const float* gc_s = g_cur_s + hh * K;
+      float D[CPL], kc[CPL], qc[CPL];
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) {
+        D[e] = 0.f;
+        kc[e] = kq_cur_s[lane + 32 * e];
+        qc[e] = kq_cur_s[K + lane + 32 * e];
+      }
+      for (int j = hist - 1; j >= 0; --j) {
+        const float* gn = j + 1 == hist ? gc_s : rg_s + ring_pos(origin, j + 1, L) * K;
+        const ActT* kj = rk_s + ring_pos(origin, j, L) * K;
+        float dk = 0.f, dq = 0.f;
+#pragma unroll
+        for (int e = 0; e < CPL; ++e) {
+          D[e] += gn[lane + 32 * e];
+          const float kd = to_float(kj[lane + 32 * e]) * expf(D[e]);
+          dk = fmaf(kd, kc[e], dk);
+          dq = fmaf(kd, qc[e], dq);
+        }
+        dk = group_sum<32>(dk);
+        dq = group_sum<32>(dq);
+        if (lane == 0) {
+          ck_s[hh * L + j] = dk;
+          cq_s[hh * L + j] = dq;
+        }
+      }
+      const float* g0 = hist == 0 ? gc_s : rg_s + ring_pos(origin, 0, L) * K;
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) decay_s[hh * K + lane + 32 * e] = expf(D[e] + g0[lane + 32 * e]);
+      if (lane == 0) {
+        s_hist[hh] = hist;
+        s_origin[hh] = origin;
+      }
+    }
+    __syncthreads();
+  } else if (REPLAY) {
     // Decay weights of each chunk head's window, one warp per head: w_j = e^{D_j}, w_j (k_j·k), w_j (k_j·q)
     // for the ring records j < h, and e^E. The cursor is clamped so that a corrupted one never indexes outside
     // the ring.
@@ -287,10 +432,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     const StateT* ss = stage_state(stage);
     const ActT* ru_s = reinterpret_cast<const ActT*>(smem + sp.ring_u) + u * L * TR;
     const ActT* v_s = reinterpret_cast<const ActT*>(smem + sp.v) + u * TR;
-    const float g = s_g[h], beta = s_beta[h];
+    const float g = KDA ? 0.f : s_g[h], beta = s_beta[h];
     const int hist = REPLAY ? s_hist[h] : 0, origin = REPLAY ? s_origin[h] : 0;
     const bool flush = !REPLAY || hist == L - 1;
-    const float abar = s_abar[h];
+    const float abar = KDA ? 1.f : s_abar[h];
+    float decay[NV][VEC];  // KDA: e^E at this thread's channels
+    if (KDA) {
+#pragma unroll
+      for (int c = 0; c < NV; ++c) load_vec<float, VEC>(decay_s + h * K + (c * LPR + col_lane) * VEC, decay[c]);
+    }
 
     float partk[KI], partq[KI];
     float yv, uv;
@@ -303,9 +453,45 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         for (int c = 0; c < NV; ++c) {
           load_vec<StateT, VEC>(ss + thread_off + vec_step(i, c), s[i][c]);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
+          for (int e = 0; e < VEC; ++e) s[i][c][e] *= KDA ? decay[c][e] : abar;
         }
-      for (int j = 0; j < hist; ++j) {
+      if (KDA) {
+        // Ring terms u_j (k_j ⊙ e^{D_j})ᵀ from the newest record back, D_j = D_{j+1} + g_{j+1} per channel (the
+        // order of reference.replay_row's suffix sums; the terms are summed in the opposite order).
+        const float* rg_s = reinterpret_cast<const float*>(smem + sp.ring_g) + h * L * K;
+        float D[NV][VEC] = {};
+        for (int j = hist - 1; j >= 0; --j) {
+          const int pos = ring_pos(origin, j, L);
+          const float* gn = j + 1 == hist ? g_cur_s + h * K : rg_s + ring_pos(origin, j + 1, L) * K;
+          const ActT* uj = ru_s + pos * TR + warp * RW + seg;
+          float uvals[KI];
+          if (RPI == 1) {
+            load_vec<ActT, KI>(uj, uvals);
+          } else {
+#pragma unroll
+            for (int i = 0; i < KI; ++i) uvals[i] = to_float(uj[i * RPI]);
+          }
+          float kd[NV][VEC];
+#pragma unroll
+          for (int c = 0; c < NV; ++c) {
+            float gj[VEC];
+            load_vec<float, VEC>(gn + (c * LPR + col_lane) * VEC, gj);
+            load_vec<ActT, VEC>(rk_s + pos * K + (c * LPR + col_lane) * VEC, kd[c]);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              D[c][e] += gj[e];
+              kd[c][e] *= expf(D[c][e]);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < KI; ++i)
+#pragma unroll
+            for (int c = 0; c < NV; ++c)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(uvals[i], kd[c][e], s[i][c][e]);
+        }
+      }
+      for (int j = 0; j < (KDA ? 0 : hist); ++j) {
         const int pos = ring_pos(origin, j, L);
         const ActT* uj = ru_s + pos * TR + warp * RW + seg;
         float uvals[KI];
@@ -351,16 +537,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(partq));
     } else {
       // S'k, S'q = e^E (S0 k, S0 q) + sum_{j<h} w_j (k_j·k, k_j·q) u_j; u = beta (v - S'k); y = S'q + u (k·q).
+      // KDA: S0 (e^E ⊙ k), S0 (e^E ⊙ q), and the ring weights are the per-pair products.
+      float Ke[NV][VEC], Qe[NV][VEC];
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          Ke[c][e] = KDA ? decay[c][e] * Kc[c][e] : Kc[c][e];
+          Qe[c][e] = KDA ? decay[c][e] * Qc[c][e] : Qc[c][e];
+        }
 #pragma unroll
       for (int i = 0; i < KI; ++i) {
         float s[NV][VEC];
 #pragma unroll
         for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, c), s[c]);
-        partk[i] = lane_dot(s, Kc);
-        partq[i] = lane_dot(s, Qc);
+        partk[i] = lane_dot(s, Ke);
+        partq[i] = lane_dot(s, Qe);
       }
-      float sk = abar * reduce_scatter<KI, LPR>(partk);
-      float sq = abar * reduce_scatter<KI, LPR>(partq);
+      float sk = KDA ? reduce_scatter<KI, LPR>(partk) : abar * reduce_scatter<KI, LPR>(partk);
+      float sq = KDA ? reduce_scatter<KI, LPR>(partq) : abar * reduce_scatter<KI, LPR>(partq);
       for (int j = q; j < hist; j += SHARE) {
         const float uj = to_float(ru_s[ring_pos(origin, j, L) * TR + my_row]);
         sk = fmaf(ck_s[h * L + j], uj, sk);
@@ -382,7 +577,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     if (REPLAY) {
       if (!flush) {
         // WRITES ring_g of (slot, head) and, from the key head's first unit, ring_k of (slot, key head).
-        if (threadIdx.x == 0 && tile == 0) ring_g_blk[h * ldg + pos_new] = g;
+        if (KDA) {
+          if (tile == 0)
+            for (int c = threadIdx.x; c < K; c += blockDim.x) ring_g_blk[(h * L + pos_new) * K + c] = g_cur_s[h * K + c];
+        } else if (threadIdx.x == 0 && tile == 0) {
+          ring_g_blk[h * ldg + pos_new] = g;
+        }
         if (key_first_block && uu == 0 && warp == 0 && seg == 0) {
           ActT* rk = static_cast<ActT*>(p.ring_k) + ((static_cast<int64_t>(slot) * p.num_k_heads + kh) * L + pos_new) * K;
 #pragma unroll
@@ -397,7 +597,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-template <typename StateT, typename ActT, int K, bool REPLAY>
+template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA>
 static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, K>;
   int sms = 0, smem_per_sm = 0;
@@ -408,10 +608,10 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
   const int L = REPLAY ? p.buffer_len : 0;
   auto plan = [&](const Shape& s) {
     return smem_plan(L, K, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), sizeof(StateT), sizeof(ActT),
-                     s.stages);
+                     s.stages, KDA);
   };
   // Fewer units per block until two blocks fit on a multiprocessor (the per-block inputs grow with units).
-  auto kernel = decode_kernel<StateT, ActT, K, REPLAY>;
+  auto kernel = decode_kernel<StateT, ActT, K, REPLAY, KDA>;
   static const int overhead = block_smem_overhead(kernel);
   while (shape.units > 1 && 2 * (plan(shape).bytes + overhead) > smem_per_sm) halve_units(shape);
   const SmemPlan sp = plan(shape);
@@ -428,10 +628,16 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 template <typename StateT, typename ActT, int K>
 cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
-  if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true>(p, stream);
-  // The conventional step: one warp per tile of state rows (gdn/conventional.cuh), bit-identical to
-  // launch_mode<..., false>, which the replay kernel's L = 1 semantics are tested against.
-  return launch_conventional_warp<StateT, ActT, K>(p, stream);
+  if (p.per_channel_decay) {
+    if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, true>(p, stream);
+    return launch_mode<StateT, ActT, K, false, true>(p, stream);
+  }
+  if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, false>(p, stream);
+  // The conventional step on prepared inputs: one warp per tile of state rows (gdn/conventional.cuh),
+  // bit-identical to launch_mode<..., false, false>; with in-kernel q/k preparation or raw gates, the
+  // pipelined kernel, which implements them.
+  if (p.qk_flags == 0 && p.gate_mode == RSSM_GDN_GATES_PRECOMPUTED) return launch_conventional_warp<StateT, ActT, K>(p, stream);
+  return launch_mode<StateT, ActT, K, false, false>(p, stream);
 }
 
 }  // namespace gdn
