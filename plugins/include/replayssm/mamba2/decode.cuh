@@ -17,10 +17,30 @@
 //   flush     (h = L-1): S = abar S0 + sum_j (w_j x_j) B_jᵀ; store S; y = S·C; history := 0
 // The conventional step is the flush route with t = 1 (the current token only) and no ring, performing the
 // same operations in the same order: at L = 1 the replay step equals it bit for bit.
+//
+// Read copies (CopyT = __half, __nv_bfloat16 or __nv_fp8_e4m3; void: none). The copy has the checkpoint's
+// layout [slots, H, P, N] and keeps the checkpoint's thread mapping, Tiling<StateT, N>: a thread's copy vectors
+// are its checkpoint vectors narrowed (VEC elements of CopyT: 8 or 4 bytes instead of 16), so the flush writes
+// exactly the copy elements the output-only route of the same thread will read, and neither route needs a
+// second mapping or a shuffle. The price is narrower accesses on the non-flush read (4- or 8-byte cp.async per
+// lane, still fully coalesced: a warp instruction covers whole rows); a separate 16-byte tiling for the copy
+// would halve or quarter the copy instructions, left for when the benchmark shows the issue rate matters.
+//   - The stages hold the copy tile (sizeof(CopyT) per element): the output-only route widens it to fp32 in
+//     registers. fp8: y_row = scale_row * sum_n code_n C_n (the row scale factored out of the dot product; the
+//     block's row scales are staged once in the prologue).
+//   - A flush unit reads its checkpoint tile straight from global memory (16-byte loads issued back to back,
+//     not through the stages): whether a unit flushes is known only once the cursor has landed, after the
+//     first two stages were queued. Units 0 and 1 therefore always stage their copy tile (wasted on a flush
+//     row: one copy tile, 1/L of the steps); later flush units stage nothing.
+//   - The flush stores the checkpoint (StateT, as without a copy) and the copy, quantised from the same fp32
+//     registers: fp16/bf16 round to nearest; fp8 takes the row's amax across the LPR lanes holding the row,
+//     scale = max(amax / 448, FLT_MIN), code = e4m3_satfinite(v / scale), as quant.quantize_fp8_rows.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <type_traits>
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
@@ -43,12 +63,16 @@ struct SmemPlan {
   int cursor;                          // [heads][RSSM_CURSOR_FIELDS] int32: one cursor replica per chunk head
   int w;                               // [heads][L] fp32: w_j of each chunk head's window, by record j
   int coef;                            // [heads][L] fp32: w_j (B_j·C) by ring position (0 outside the window)
-  int stage0, stage_bytes;             // the checkpoint tile of a unit: stage k at stage0 + k * stage_bytes
+  int read_scale;                      // [units][rows] fp32: fp8 read copy, the units' row scales (else empty)
+  int stage0, stage_bytes;             // the tile a unit reads (checkpoint, or its read copy): stage k at
+                                       // stage0 + k * stage_bytes
   int bytes;
 };
 
-inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int state_bytes, int act_bytes,
-                          int stages) {
+// tile_bytes: bytes per element of the staged tile (the checkpoint's, or the read copy's); row_scales: whether
+// the read copy has a scale per row (fp8).
+inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile_bytes, int act_bytes,
+                          int stages, bool row_scales) {
   SmemPlan s{};
   int off = 0;
   auto take = [&](int bytes) {
@@ -64,19 +88,61 @@ inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int stat
   s.cursor = take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
   s.w = take(heads * L * 4);
   s.coef = take(heads * L * 4);
+  s.read_scale = take(row_scales ? units * rows * 4 : 0);
   s.stage0 = off;
-  s.stage_bytes = round_up(rows * N * state_bytes, 16);
+  s.stage_bytes = round_up(rows * N * tile_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
 }
 
-template <typename StateT, typename ActT, int N, bool REPLAY>
+// Flush: stores a thread's fp32 state vectors s (Tiling Tl; instruction i covers row `i * RPI` past the
+// thread's first row) into the read copy at `dst` (the thread's first copy element) and, for fp8, the scales of
+// those rows at `scale_dst` (the thread's first row; written by the row's first lane). Same rounding as
+// trtllm_replayssm/quant.py: fp16/bf16 nearest even; fp8 scale = max(amax / 448, FLT_MIN) with the amax across
+// the row's LPR lanes, code = e4m3(v / scale) (IEEE division, saturating).
+template <typename CopyT, typename Tl>
+__device__ __forceinline__ void store_read_copy(float (&s)[Tl::KI][Tl::NV][Tl::VEC], CopyT* dst, float* scale_dst,
+                                                int col_lane) {
+  constexpr int VEC = Tl::VEC, NV = Tl::NV, KI = Tl::KI, LPR = Tl::LPR, RPI = Tl::RPI;
+#pragma unroll
+  for (int i = 0; i < KI; ++i) {
+    float scale = 1.f;
+    if constexpr (std::is_same_v<CopyT, __nv_fp8_e4m3>) {
+      float amax = 0.f;
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) amax = fmaxf(amax, fabsf(s[i][v][e]));
+      scale = fmaxf(group_max<LPR>(amax) / 448.f, FLT_MIN);
+      if (col_lane == 0) scale_dst[i * RPI] = scale;  // WRITES read_scale[slot, head, row]
+    }
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      float q[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) q[e] = std::is_same_v<CopyT, __nv_fp8_e4m3> ? s[i][v][e] / scale : s[i][v][e];
+      store_vec<CopyT, VEC>(dst + i * RPI * Tl::ROW + v * LPR * VEC, q);  // WRITES read_state[slot, head, row, :]
+    }
+  }
+}
+
+// Element type of the tile the output-only route reads: the read copy's, or the checkpoint's without one.
+template <typename StateT, typename CopyT>
+using ReadT = std::conditional_t<std::is_void_v<CopyT>, StateT, CopyT>;
+
+template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Shape shape, const SmemPlan sp) {
   using Tl = Tiling<StateT, N>;
+  using RT = ReadT<StateT, CopyT>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int SHARE = Tl::SHARE;
   constexpr int kMaxChunkHeads = kMaxUnits;
+  constexpr bool kCopy = !std::is_void_v<CopyT>;                       // a read copy (replay only)
+  constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;     // ... with a scale per state row
+  constexpr int kTileVecBytes = VEC * static_cast<int>(sizeof(RT));  // one vector of the staged tile
+  static_assert(!kCopy || REPLAY, "read copies exist in replay mode only");
+  static_assert(!kCopy || sizeof(RT) < sizeof(StateT), "a read copy is narrower than the checkpoint");
 
   extern __shared__ __align__(16) char smem[];
   __shared__ float s_dt[kMaxChunkHeads], s_A[kMaxChunkHeads], s_D[kMaxChunkHeads];  // the chunk's heads
@@ -104,6 +170,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
   const int64_t sh0 = static_cast<int64_t>(slot) * H + head0;
   StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * P * N;  // unit u's tile at (tile_base + u) TR N
+  // The tile the output-only route reads (same layout and offsets as state_blk) and, fp8, its row scales
+  // (unit u's rows at (tile_base + u) TR).
+  RT* const read_blk = kCopy ? static_cast<RT*>(p.read_state) + sh0 * P * N : reinterpret_cast<RT*>(state_blk);
+  float* const read_scale_blk = kRowScale ? p.read_scale + sh0 * P : nullptr;
   const ActT* const x_blk = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head0 * p.x_head_stride;
   const ActT* const z_blk = p.z ? static_cast<const ActT*>(p.z) + b * p.z_batch_stride + head0 * p.z_head_stride : nullptr;
   ActT* const y_blk = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
@@ -118,21 +188,27 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // vec_step(i, v) further (a compile-time constant: one base register plus immediate offsets).
   const int thread_off = (warp * RW + seg) * N + col_lane * VEC;
   auto vec_step = [](int i, int v) { return i * RPI * N + v * LPR * VEC; };
-  auto stage_state = [&](int stage) { return reinterpret_cast<StateT*>(smem + sp.stage0 + stage * sp.stage_bytes); };
-  // Queues this thread's own vectors of unit u's checkpoint tile into `stage` (it reads back exactly these).
-  auto issue_state = [&](int u, int stage) {
-    const StateT* gs = state_blk + ((tile_base + u) * TR * N + thread_off);
-    StateT* ss = stage_state(stage) + thread_off;
+  auto stage_tile = [&](int stage) { return reinterpret_cast<RT*>(smem + sp.stage0 + stage * sp.stage_bytes); };
+  // Queues this thread's own vectors of unit u's read tile (checkpoint or copy) into `stage` (it reads back
+  // exactly these).
+  auto issue_tile = [&](int u, int stage) {
+    const RT* gs = read_blk + ((tile_base + u) * TR * N + thread_off);
+    RT* ss = stage_tile(stage) + thread_off;
 #pragma unroll
     for (int i = 0; i < KI; ++i)
 #pragma unroll
-      for (int v = 0; v < NV; ++v) cp_async<16>(ss + vec_step(i, v), gs + vec_step(i, v));
+      for (int v = 0; v < NV; ++v) cp_async<kTileVecBytes>(ss + vec_step(i, v), gs + vec_step(i, v));
   };
 
   // ---- Prologue, group 0: the block's small inputs. Unit u's rows of x, z and of every ring x record; the
   // chunk heads' rings of dt and one cursor replica each (that of the head's first unit in the chunk, which
   // this block owns); the group's ring of B records. The whole ring is copied, so that no copy waits for a
   // cursor.
+  if (kRowScale) {  // the units' row scales are consecutive
+    const float* src = read_scale_blk + tile_base * TR;
+    float* dst = reinterpret_cast<float*>(smem + sp.read_scale);
+    for (int i = threadIdx.x; i < U * TR; i += blockDim.x) cp_async<4>(dst + i, src + i);
+  }
   for (int u = warp; u < U; u += nwarps) {
     const int uu = tile_base + u, xoff = (uu >> TL) * xhs + (uu & (T - 1)) * TR;
     const int zoff = (uu >> TL) * zhs + (uu & (T - 1)) * TR;
@@ -170,10 +246,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     }
   }
   cp_async_commit();
-  // Groups 1 and 2: the checkpoint tiles of units 0 and 1.
-  issue_state(0, 0);
+  // Groups 1 and 2: the read tiles of units 0 and 1 (with a read copy: their copy tiles, whether or not the
+  // unit turns out to flush; the cursor has not landed yet).
+  issue_tile(0, 0);
   cp_async_commit();
-  if (U > 1) issue_state(1, 1);
+  if (U > 1) issue_tile(1, 1);
   cp_async_commit();
 
   const ActT* Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
@@ -292,12 +369,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   int stage = 0;  // stage of unit u
   for (int u = 0; u < U; ++u) {
     cp_async_wait_group<1>();  // this thread's vectors of unit u have landed
-    // The stage of unit u + 2 was last read, by this thread only, in unit u - 1.
-    if (u + 2 < U) issue_state(u + 2, stage + 2 < S ? stage + 2 : stage + 2 - S);
+    // The stage of unit u + 2 was last read, by this thread only, in unit u - 1. With a read copy, a unit
+    // that will flush stages nothing (its flush reads the checkpoint from global memory).
+    if (u + 2 < U && !(kCopy && s_hist[(tile_base + u + 2) >> TL] == L - 1))
+      issue_tile(u + 2, stage + 2 < S ? stage + 2 : stage + 2 - S);
     cp_async_commit();
 
     const int uu = tile_base + u, hh = uu >> TL, tile = uu & (T - 1), row0 = tile * TR;
-    const StateT* ss = stage_state(stage);
+    const RT* ss = stage_tile(stage);
     const ActT* rx_s = reinterpret_cast<const ActT*>(smem + sp.ring_x) + u * L * TR;
     const ActT* x_s = reinterpret_cast<const ActT*>(smem + sp.x) + u * TR;
     const ActT* z_s = reinterpret_cast<const ActT*>(smem + sp.z) + u * TR;
@@ -314,14 +393,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       // S = abar S0 + sum_j (w_j x_j) B_jᵀ, stored; y = S·C.
       StateT* gstate = state_blk + (uu * TR * N + thread_off);
       float s[KI][NV][VEC];
+      if constexpr (kCopy) {  // the stage holds the copy: the checkpoint comes from global memory
+#pragma unroll
+        for (int i = 0; i < KI; ++i)
+#pragma unroll
+          for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(gstate + vec_step(i, v), s[i][v]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < KI; ++i)
+#pragma unroll
+          for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
+      }
 #pragma unroll
       for (int i = 0; i < KI; ++i)
 #pragma unroll
-        for (int v = 0; v < NV; ++v) {
-          load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
+        for (int v = 0; v < NV; ++v)
 #pragma unroll
           for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
-        }
       for (int j = 0; j < t; ++j) {
         // Record j: its x at this thread's rows, its B at this lane's columns (the current token's from
         // registers, ring records from shared memory), its weight.
@@ -361,6 +449,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 #pragma unroll
         for (int v = 0; v < NV; ++v) store_stream(gstate + vec_step(i, v), pack<StateT, VEC>(s[i][v]));  // WRITES state
       }
+      if constexpr (kCopy) store_read_copy<CopyT, Tl>(s, read_blk + (uu * TR * N + thread_off),
+                                                       kRowScale ? read_scale_blk + uu * TR + warp * RW + seg : nullptr,
+                                                       col_lane);
       yv = reduce_scatter<KI, LPR>(part);
     } else {
       // y = abar (S0·C) + sum_j w_j (B_j·C) x_j; the SHARE lanes of a row split the window between them.
@@ -368,10 +459,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       for (int i = 0; i < KI; ++i) {
         float s[NV][VEC];
 #pragma unroll
-        for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[v]);
+        for (int v = 0; v < NV; ++v) load_vec<RT, VEC>(ss + thread_off + vec_step(i, v), s[v]);
         part[i] = lane_dot(s);
       }
       yv = abar * reduce_scatter<KI, LPR>(part);
+      // fp8 copy: the row's scale, factored out of the dot product (row my_row of unit u).
+      if constexpr (kRowScale) yv *= reinterpret_cast<const float*>(smem + sp.read_scale)[u * TR + my_row];
       // The window, as a sum over every ring position (the current token's x sits in its slot).
       const float* coef = coef_s + hh * L;
       for (int pos = q; pos < L; pos += SHARE) yv = fmaf(coef[pos], to_float(rx_s[pos * TR + my_row]), yv);
@@ -407,7 +500,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-template <typename StateT, typename ActT, int N, bool REPLAY>
+template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
 static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, N>;
   int sms = 0, smem_per_sm = 0;
@@ -417,11 +510,11 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, p.batch, sms);
   const int L = REPLAY ? p.buffer_len : 0;
   auto plan = [&](const Shape& s) {
-    return smem_plan(L, N, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), sizeof(StateT), sizeof(ActT),
-                     s.stages);
+    return smem_plan(L, N, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), sizeof(ReadT<StateT, CopyT>),
+                     sizeof(ActT), s.stages, std::is_same_v<CopyT, __nv_fp8_e4m3>);
   };
   // Fewer units per block until two blocks fit on a multiprocessor (the per-block inputs grow with units).
-  auto kernel = decode_kernel<StateT, ActT, N, REPLAY>;
+  auto kernel = decode_kernel<StateT, ActT, N, REPLAY, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
   while (shape.units > 1 && 2 * (plan(shape).bytes + overhead) > smem_per_sm) halve_units(shape);
   const SmemPlan sp = plan(shape);
@@ -434,12 +527,15 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   return cudaGetLastError();
 }
 
-// Host launch for one (state dtype, activation dtype, dstate) specialisation; params already validated.
-template <typename StateT, typename ActT, int N>
+// Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
+// validated. CopyT void: no read copy, both modes; otherwise replay mode only (validation refuses the rest).
+template <typename StateT, typename ActT, int N, typename CopyT>
 cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
-  if (p.mode == RSSM_MAMBA2_REPLAY) return launch_mode<StateT, ActT, N, true>(p, stream);
-  return launch_mode<StateT, ActT, N, false>(p, stream);
+  if constexpr (std::is_void_v<CopyT>) {
+    if (p.mode != RSSM_MAMBA2_REPLAY) return launch_mode<StateT, ActT, N, false, void>(p, stream);
+  }
+  return launch_mode<StateT, ActT, N, true, CopyT>(p, stream);
 }
 
 }  // namespace mamba2
