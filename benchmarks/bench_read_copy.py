@@ -6,7 +6,7 @@ Same timing rules as bench_mamba2.py: CUDA graph of many launches, median of eve
 slots larger than L2 (shuffled slot indices). The bytes column is the non-flush step's traffic model: the copy
 (or checkpoint) tile read, plus the ring window at history L/2, the new record and the step's inputs/outputs.
 
-    python benchmarks/bench_read_copy.py --read-formats none,bf16,fp8 --batches 64,256,512 \\
+    python benchmarks/bench_read_copy.py --read-formats none,bf16,fp8,nvfp4 --batches 64,256,512 \\
         --out benchmarks/read_copy.md
 """
 
@@ -22,9 +22,9 @@ import torch
 
 from trtllm_replayssm.bench.bytes_model import mamba2_io_bytes
 from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
-from trtllm_replayssm.config import CURSOR_HISTORY, READ_FORMAT_BITS, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.pool import Mamba2StatePool
+from trtllm_replayssm.pool import Mamba2StatePool, read_copy_specs
 from trtllm_replayssm.quant import quantize_state
 
 SHAPES = {
@@ -35,11 +35,11 @@ L2_BYTES = 60 << 20
 
 
 def nonflush_bytes(shape: Mamba2LayerShape, L: int, fmt: str, act_bytes: int = 2) -> float:
-    """Per row, one output-only step at history L/2: the read tile (copy with its row scales, or the fp32
-    checkpoint), L/2 ring records read, one record written, inputs and outputs."""
+    """Per row, one output-only step at history L/2: the read tile (the copy with all its scales, as the pool
+    lays it out, or the fp32 checkpoint), L/2 ring records read, one record written, inputs and outputs."""
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
-    elems = H * P * N
-    tile = elems * 4 if fmt == "none" else elems * READ_FORMAT_BITS[fmt] / 8 + (H * P * 4 if fmt == "fp8" else 0)
+    specs = read_copy_specs((H, P, N), fmt)
+    tile = H * P * N * 4 if fmt == "none" else sum(s.bytes_per_slot for s in specs)
     record = act_bytes * (H * P + G * N) + 4 * H
     return tile + record * (L // 2 + 1) + mamba2_io_bytes(shape, act_bytes)
 
@@ -73,7 +73,7 @@ def bench_point(shape_name, shape, batch, L, formats, launches):
         pool.ring_x.normal_()
         pool.ring_B.normal_()
         pool.ring_dt.uniform_(0.01, 0.3)
-        if fmt != "none":  # per-row formats: quantising the whole pool at once equals slot by slot
+        if fmt != "none":  # scales per row / 4 rows / 16 elements: the whole pool at once equals slot by slot
             for name, part in quantize_state(pool.checkpoint, fmt).items():
                 pool.buffers[name].copy_(part)
         pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
@@ -113,7 +113,7 @@ def render(rows, formats, copy_gbs, device_name):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--read-formats", default="none,fp16,bf16,fp8",
+    ap.add_argument("--read-formats", default="none,fp16,bf16,fp8,nvfp4",
                     help="read formats to time (comma separated; 'none' = fp32 reads of the checkpoint)")
     ap.add_argument("--shapes", default="Nemotron-3-Super")
     ap.add_argument("--batches", default="64,256,512")

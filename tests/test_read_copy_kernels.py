@@ -1,18 +1,20 @@
-"""GPU tests of the Mamba-2 ReplaySSM decode kernel with a read copy (fp16 / bf16 / fp8 per row) against the
-PyTorch reference and the reference quantiser (trtllm_replayssm/quant.py).
+"""GPU tests of the Mamba-2 ReplaySSM decode kernel with a read copy (fp16 / bf16 / fp8 per row / nvfp4) against
+the PyTorch reference and the reference quantiser (trtllm_replayssm/quant.py).
 
 What must hold, and how exactly:
 - The copy never feeds the recurrence: after N steps the checkpoint, rings and cursors are bit-identical to the
   kernel run without a copy, whatever the read format.
 - A flush writes the copy the reference quantiser makes from the flushed fp32 values. With an fp32 checkpoint
-  those values are the stored checkpoint, so quantize_state(checkpoint) must equal the copy bit for bit. With an
-  fp16 / bf16 checkpoint the kernel quantises the fp32 registers before the checkpoint is rounded, so the copy is
+  those values are the stored checkpoint, so quantize_state(checkpoint) must equal the copy bit for bit (nvfp4
+  too: codes, e4m3 block scales and fp32 group scales, from quant.py's fp32 operations in the same order). With
+  an fp16 / bf16 checkpoint the kernel quantises the fp32 registers before the checkpoint is rounded, so the copy is
   within one e4m3 code step (and the row scale within the checkpoint's rounding) of quantising the stored
   checkpoint: that is the bound checked.
 - Outputs: kernel and reference read the same copy (the reference pool's copy is synchronised to the kernel's
   after each check, so that a flush's rounding-boundary differences in S do not reach later steps); the copy
   widens to fp32 exactly, so y differs by summation order and output rounding only: the tolerance table of
-  tests/test_mamba2_kernels.py applies unchanged.
+  tests/test_mamba2_kernels.py applies unchanged. (nvfp4: the kernel applies the block and group scales to
+  partial sums rather than to each element, one more fp32 rounding per block: far inside that table.)
 """
 
 import pytest
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.gpu
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 # (checkpoint dtype, read format) pairs the kernel supports (plugins/capi/mamba2_dispatch.cu, kReadCopies).
-PAIRS = [(F32, "fp16"), (F32, "bf16"), (F32, "fp8"), (F16, "fp8"), (BF16, "fp8")]
+PAIRS = [(F32, "fp16"), (F32, "bf16"), (F32, "fp8"), (F16, "fp8"), (BF16, "fp8"), (F32, "nvfp4")]
 assert set(TOL) == {F32, F16, BF16}
 
 
@@ -81,7 +83,9 @@ def _sync_copies(dst, src):
 
 CASES = ([(s, f, BF16, 64, 128, 8) for s, f in PAIRS]
          + [(F32, "fp8", F32, 80, 128, 5), (F32, "bf16", F16, 128, 64, 16), (F32, "fp8", BF16, 64, 256, 4),
-            (BF16, "fp8", BF16, 64, 64, 2), (F16, "fp8", F32, 80, 256, 1), (F32, "fp16", BF16, 64, 128, 64)])
+            (BF16, "fp8", BF16, 64, 64, 2), (F16, "fp8", F32, 80, 256, 1), (F32, "fp16", BF16, 64, 128, 64),
+            # nvfp4: 20-row tiles (head_dim 80, dstate 256), 16-row warps (dstate 64), fp32 / fp16 outputs
+            (F32, "nvfp4", F16, 80, 256, 3), (F32, "nvfp4", F32, 128, 64, 16), (F32, "nvfp4", BF16, 80, 128, 1)])
 
 
 @pytest.mark.parametrize("state_dtype, fmt, act_dtype, P, N, L", CASES, ids=_id)
@@ -89,15 +93,27 @@ def test_read_copy_kernel_matches_reference(state_dtype, fmt, act_dtype, P, N, L
     """3L+3 steps from desynchronised cursors and origins, padding rows, poisoned outputs: y follows the
     reference reading the same copy; flush rows write the quantiser's copy; cursors and rings are exact;
     non-flush rows leave checkpoint and copy bit-identical; unused slots are untouched."""
+    run_against_reference(state_dtype, fmt, act_dtype, P, N, L, batch=6, num_slots=9, steps=3 * L + 3)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
+@pytest.mark.parametrize("batch", [1, 2, 37, 300])
+def test_read_copy_kernel_matches_reference_across_launch_shapes(fmt, batch):
+    """Batches from 1 (8 tiles per head, one unit per block) to 300 (whole heads, several units per block
+    through the 3-stage pipeline): the copy's scales never depend on the launch's tiling, and staged copy
+    tiles are reused across units correctly."""
+    run_against_reference(F32, fmt, BF16, 64, 128, 4, batch=batch, num_slots=batch + 3, steps=2 * 4 + 2)
+
+
+def run_against_reference(state_dtype, fmt, act_dtype, P, N, L, batch, num_slots, steps):
     shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=2)
     cfg = ReplayConfig(buffer_len=L, state_dtype=state_dtype, act_dtype=act_dtype, read_format=fmt)
     dev = torch.device("cuda")
-    pool = copy_pool(shape, 9, cfg, dev)
+    pool = copy_pool(shape, num_slots, cfg, dev)
     ref = clone_pool(pool)
     A, D, dt_bias = layer_params(shape, dev)
-    batch = 6
-    for step in range(3 * L + 3):
-        slots = slot_map(batch, 9, n_pad=1, device=dev)
+    for step in range(steps):
+        slots = slot_map(batch, num_slots, n_pad=min(1, batch - 1), device=dev)
         x, dt, B, C, z = step_inputs(shape, batch, act_dtype, dev)
         before = clone_pool(pool)
         out = torch.full_like(x, float("nan"))
@@ -114,7 +130,7 @@ def test_read_copy_kernel_matches_reference(state_dtype, fmt, act_dtype, P, N, L
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(state_dtype, act_dtype), f"step {step}: checkpoint"
         used = set(slots[live].tolist())
         hist_before = before.history()
-        for s in range(9):
+        for s in range(num_slots):
             if s not in used:
                 for name, t in pool.buffers.items():
                     assert torch.equal(_bits(t[s]), _bits(before.buffers[name][s])), \
@@ -188,11 +204,12 @@ def test_flush_writes_the_quantiser_copy(state_dtype, fmt, P, N):
         check_copy_matches_quantiser(pool, s, fmt, state_dtype == F32, "flush")
 
 
-def test_nvfp4_copy_is_refused_by_the_kernel_op():
+def test_nvfp4_copy_of_a_narrow_checkpoint_is_refused_by_the_kernel_op():
+    """nvfp4 copies have a kernel with an fp32 checkpoint only; the op names the pair and the supported ones."""
     shape = Mamba2LayerShape(nheads=8, head_dim=64, dstate=128, ngroups=2)
     dev = torch.device("cuda")
-    pool = copy_pool(shape, 2, ReplayConfig(4, F32, BF16, "nvfp4"), dev)
+    pool = copy_pool(shape, 2, ReplayConfig(4, BF16, BF16, "nvfp4"), dev)
     A, D, dt_bias = layer_params(shape, dev)
     x, dt, B, C, z = step_inputs(shape, 2, BF16, dev)
-    with pytest.raises(NotImplementedError, match="read_format=nvfp4"):
+    with pytest.raises(NotImplementedError, match=r"read_format=nvfp4 with state_dtype=bf16.*\(fp32, nvfp4\)"):
         replay_decode(pool, x, dt, B, C, A)

@@ -21,10 +21,10 @@ struct ReadCopyPair {
 };
 static const ReadCopyPair kReadCopies[] = {{RSSM_DTYPE_FP32, RSSM_READ_FP16}, {RSSM_DTYPE_FP32, RSSM_READ_BF16},
                                            {RSSM_DTYPE_FP32, RSSM_READ_FP8},  {RSSM_DTYPE_FP16, RSSM_READ_FP8},
-                                           {RSSM_DTYPE_BF16, RSSM_READ_FP8}};
+                                           {RSSM_DTYPE_BF16, RSSM_READ_FP8},  {RSSM_DTYPE_FP32, RSSM_READ_NVFP4}};
 static const char kReadCopiesText[] =
-    "supported (state_dtype, read_format): (fp32, fp16), (fp32, bf16), (fp32, fp8), (fp16, fp8), (bf16, fp8); "
-    "read_format none with every state dtype";
+    "supported (state_dtype, read_format): (fp32, fp16), (fp32, bf16), (fp32, fp8), (fp16, fp8), (bf16, fp8), "
+    "(fp32, nvfp4); read_format none with every state dtype";
 
 #define RSSM_DECLARE(S, A, N, R) \
   extern template cudaError_t launch_decode<S, A, N, R>(const rssm_mamba2_decode_params&, cudaStream_t);
@@ -39,6 +39,7 @@ RSSM_DECLARE_ACT(float, __nv_bfloat16)
 RSSM_DECLARE_ACT(float, __nv_fp8_e4m3)
 RSSM_DECLARE_ACT(__half, __nv_fp8_e4m3)
 RSSM_DECLARE_ACT(__nv_bfloat16, __nv_fp8_e4m3)
+RSSM_DECLARE_ACT(float, nvfp4x2)
 
 template <typename S, typename A, typename R>
 static cudaError_t dispatch_n(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
@@ -70,6 +71,9 @@ static cudaError_t dispatch_read(const rssm_mamba2_decode_params& p, cudaStream_
     case RSSM_READ_BF16:
       if constexpr (std::is_same_v<S, float>) return dispatch_act<S, __nv_bfloat16>(p, stream);
       break;
+    case RSSM_READ_NVFP4:
+      if constexpr (std::is_same_v<S, float>) return dispatch_act<S, nvfp4x2>(p, stream);
+      break;
     default: break;
   }
   return dispatch_act<S, void>(p, stream);
@@ -97,10 +101,6 @@ static const char* read_format_name(int f) {
 // The read-copy fields: a pair from kReadCopies, replay mode, and the copy's buffers.
 static rssm_status validate_read_copy(const rssm_mamba2_decode_params& p) {
   if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
-  if (p.read_format == RSSM_READ_NVFP4)
-    return fail(RSSM_ERR_INVALID_ARGUMENT,
-                "read_format=%d (nvfp4) has no kernel yet (the PyTorch reference reads it); %s", p.read_format,
-                kReadCopiesText);
   bool listed = false;
   for (const ReadCopyPair& r : kReadCopies) listed |= r.state_dtype == p.state_dtype && r.read_format == p.read_format;
   if (!listed)
@@ -112,10 +112,18 @@ static rssm_status validate_read_copy(const rssm_mamba2_decode_params& p) {
   if (!p.read_state) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is NULL (required by read_format=%d)", p.read_format);
   if (reinterpret_cast<uintptr_t>(p.read_state) & 15u)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is not 16-byte aligned");
-  if (p.read_format == RSSM_READ_FP8) {
-    if (!p.read_scale) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=3, fp8)");
+  if (p.read_format == RSSM_READ_FP8 || p.read_format == RSSM_READ_NVFP4) {
+    if (!p.read_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=%d, %s)", p.read_format,
+                  read_format_name(p.read_format));
     if (reinterpret_cast<uintptr_t>(p.read_scale) & 3u)
       return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
+  }
+  if (p.read_format == RSSM_READ_NVFP4) {
+    if (!p.read_block_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_block_scale is NULL (required by read_format=4, nvfp4)");
+    if (reinterpret_cast<uintptr_t>(p.read_block_scale) & 15u)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_block_scale is not 16-byte aligned");
   }
   return RSSM_OK;
 }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_KERNEL_READ_FORMATS, MAMBA2_STATE_DTYPES,
+from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_KERNEL_READ_COPIES, MAMBA2_STATE_DTYPES,
                                      PAD_SLOT_ID, Mamba2LayerShape, dtype_name)
 from trtllm_replayssm.ops.mamba2 import kernels
 from trtllm_replayssm.ops.validate import check as _check
@@ -109,12 +109,15 @@ def replay_decode(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
     if x.device.type != "cuda":
         return replay_decode_reference(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y)
     fmt = pool.cfg.read_format
-    if fmt not in MAMBA2_KERNEL_READ_FORMATS:
-        raise NotImplementedError(f"read_format={fmt}: the CUDA kernel reads {', '.join(MAMBA2_KERNEL_READ_FORMATS)} "
-                                  f"copies; {fmt} exists in the PyTorch reference only so far (CPU tensors)")
+    state = dtype_name(pool.cfg.state_dtype)
+    if fmt != "none" and (state, fmt) not in MAMBA2_KERNEL_READ_COPIES:
+        pairs = ", ".join(f"({s}, {f})" for s, f in MAMBA2_KERNEL_READ_COPIES)
+        raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the CUDA kernel reads the pairs "
+                                  f"{pairs}; this one exists in the PyTorch reference only so far (CPU tensors)")
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, dt_softplus,
                             slot_idx, pad_slot_id, y, pool.ring_x, pool.ring_B, pool.ring_dt, pool.cursor,
-                            pool.buffer_len, fmt, pool.buffers.get("read_state"), pool.buffers.get("read_scale"))
+                            pool.buffer_len, fmt, pool.buffers.get("read_state"), pool.buffers.get("read_scale"),
+                            pool.buffers.get("read_block_scale"))
     kernels.launch(p, x.device)
     return y
 

@@ -29,6 +29,12 @@ __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float v) {
   return r;
 }
 
+// Two e2m1 codes in one byte, low nibble first: the element type naming nvfp4 read copies (decode.cuh encodes
+// and decodes the codes with integer and fp16 operations, so cuda_fp4.h is not needed).
+struct nvfp4x2 {
+  uint8_t bits;
+};
+
 // Raw storage of VEC elements of T as one aligned access (VEC * sizeof(T) is 4, 8 or 16 bytes).
 template <typename T, int VEC>
 struct alignas(VEC * sizeof(T)) Packed {
