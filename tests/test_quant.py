@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from trtllm_replayssm.quant import (E2M1_VALUES, counter_uniform, dequantize_fp8_rows, dequantize_nvfp4,
+from trtllm_replayssm.quant import (E2M1_VALUES, _e2m1_code, counter_uniform, dequantize_fp8_rows, dequantize_nvfp4,
                                     quantize_fp8_rows, quantize_nvfp4, stochastic_round)
 
 
@@ -23,6 +23,7 @@ def test_nvfp4_round_trip_bound_and_layout():
     x = torch.randn(4, 8, 64)
     packed, bscale, t = quantize_nvfp4(x)
     assert packed.dtype == torch.uint8 and packed.shape == (4, 8, 32) and bscale.shape == (4, 8, 4)
+    assert t.dtype == torch.float32 and t.shape == (4, 2)  # one scale per NVFP4_ROWS = 4 rows
     d = dequantize_nvfp4(packed, bscale, t)
     blocks = x.reshape(4, 8, 4, 16)
     amax = blocks.abs().amax(-1, keepdim=True)
@@ -32,17 +33,47 @@ def test_nvfp4_round_trip_bound_and_layout():
     assert float((d - x).norm() / x.norm()) < 0.15
 
 
+def test_nvfp4_row_groups_are_independent():
+    """A group of 4 rows is quantised from its own values only: scaling another group leaves its codes,
+    block scales and group scale bit-identical (the flush of one warp's rows needs nothing else)."""
+    x = torch.randn(3, 16, 64)
+    y = x.clone()
+    y[:, 4:8] *= 1000.0
+    y[:, 12:16] *= 1e-3
+    a, b = quantize_nvfp4(x), quantize_nvfp4(y)
+    keep = [0, 2]  # groups 0 and 2 (rows 0-3, 8-11) are unchanged
+    rows = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])
+    assert torch.equal(a[0][:, rows], b[0][:, rows])
+    assert torch.equal(a[1][:, rows].view(torch.uint8), b[1][:, rows].view(torch.uint8))
+    assert torch.equal(a[2][:, keep], b[2][:, keep])
+    assert torch.allclose(b[2][:, 1], a[2][:, 1] * 1000.0, rtol=1e-6)
+
+
 def test_nvfp4_exact_values_round_trip_exactly():
-    vals = E2M1_VALUES[torch.randint(0, 8, (2, 32))] * torch.where(torch.rand(2, 32) < 0.5, -1.0, 1.0)
+    vals = E2M1_VALUES[torch.randint(0, 8, (4, 32))] * torch.where(torch.rand(4, 32) < 0.5, -1.0, 1.0)
     vals[:, 0] = 6.0  # every block reaches the top code, so the block scales are exact
     vals[:, 16] = -6.0
     packed, bscale, t = quantize_nvfp4(vals * 0.25)
     assert torch.equal(dequantize_nvfp4(packed, bscale, t), vals * 0.25)
 
 
+def test_e2m1_rounds_to_nearest_even_with_thresholds():
+    """The code of a scaled value is the nearest e2m1 value, ties to the even code, saturating at 6; equal to
+    the comparison count the kernel uses (decode.cuh, e2m1_code)."""
+    v = torch.tensor([0.0, 0.25, 0.2500001, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 5.0001, 7.0, 1e9, -0.25, -0.3, -5.0, -9.0])
+    m = v.abs()
+    idx = ((m > 0.25).int() + (m >= 0.75).int() + (m > 1.25).int() + (m >= 1.75).int() + (m > 2.5).int()
+           + (m >= 3.5).int() + (m > 5.0).int())
+    want = (idx | ((v < 0).int() << 3)).to(torch.uint8)
+    assert torch.equal(_e2m1_code(v), want)
+    assert want.tolist()[:12] == [0, 0, 1, 2, 2, 4, 4, 6, 6, 7, 7, 7]
+
+
 def test_nvfp4_rejects_ragged_rows():
     with pytest.raises(ValueError, match="multiple of 16, got 24"):
-        quantize_nvfp4(torch.randn(2, 24))
+        quantize_nvfp4(torch.randn(4, 24))
+    with pytest.raises(ValueError, match="multiple of 4, got 6"):
+        quantize_nvfp4(torch.randn(6, 32))
 
 
 def test_counter_uniform_is_stateless_and_uniform():

@@ -20,8 +20,8 @@ def test_read_copy_bytes_by_hand():
     assert "read_state" not in b["none"]
     assert b["bf16"]["read_state"] == H * P * N * 2
     assert b["fp8"]["read_state"] == H * P * N and b["fp8"]["read_scale"] == H * P * 4
-    assert b["nvfp4"]["read_state"] == H * P * N // 2 and b["nvfp4"]["read_scale"] == H * P * N // 16
-    assert b["nvfp4"]["read_tensor_scale"] == 4
+    assert b["nvfp4"]["read_state"] == H * P * N // 2 and b["nvfp4"]["read_block_scale"] == H * P * N // 16
+    assert b["nvfp4"]["read_scale"] == H * P // 4 * 4  # one fp32 per 4 state rows
 
 
 def test_checkpoint_identical_whatever_the_read_copy():

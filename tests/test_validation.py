@@ -10,8 +10,9 @@ import torch
 from mamba2_cases import layer_params, step_inputs
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES,
-                                     MAMBA2_HEAD_DIMS, MAMBA2_STATE_DTYPES, MAX_BUFFER_LEN, Mamba2LayerShape,
-                                     ReplayConfig)
+                                     MAMBA2_HEAD_DIMS, MAMBA2_KERNEL_READ_COPIES, MAMBA2_STATE_DTYPES,
+                                     MAX_BUFFER_LEN, READ_FORMAT_CODES, Mamba2LayerShape, ReplayConfig,
+                                     dtype_name)
 from trtllm_replayssm.ops.gdn import kernels as gdn_kernels
 from trtllm_replayssm.ops.mamba2 import conventional_decode, kernels, replay_decode
 from trtllm_replayssm.pool import Mamba2StatePool
@@ -119,6 +120,47 @@ def _check_buffer_len_and_dtypes(status):
 ])
 def test_native_errors_name_the_offending_value(overrides, words):
     status, msg = _native_status(**overrides)
+    assert status == 1 and words in msg, msg
+
+
+@needs_lib
+def test_native_read_copy_table_matches_python_lists():
+    """The (state dtype, read format) pairs the kernel accepts are exactly those the config allows and the
+    binding lists as kernel pairs; the others and unknown codes are refused, naming the value."""
+    dummy = 1 << 20
+    for state in MAMBA2_STATE_DTYPES:
+        for fmt, code in READ_FORMAT_CODES.items():
+            try:
+                ReplayConfig(16, state, "bf16", fmt).validate()
+                config_ok = True
+            except ValueError:
+                config_ok = False
+            want = config_ok and (fmt == "none" or (dtype_name(state), fmt) in MAMBA2_KERNEL_READ_COPIES)
+            status, msg = _native_status(state_dtype=DTYPE_CODES[state], read_format=code, read_state=dummy,
+                                         read_scale=dummy, read_block_scale=dummy)
+            assert (status == 0) == want, f"state {state}, read_format {fmt}: {msg}"
+            if not want and code:
+                assert f"read_format={code}" in msg, msg
+    assert "read_format=9 (unknown)" in _native_status(read_format=9, read_state=dummy)[1]
+
+
+@needs_lib
+@pytest.mark.parametrize("overrides, words", [
+    (dict(read_format=3, read_state=None), "read_state is NULL"),
+    (dict(read_format=3, read_scale=None), "read_scale is NULL"),
+    (dict(read_format=1, read_state=(1 << 20) + 8), "read_state is not 16-byte aligned"),
+    (dict(read_format=1, mode=kernels.CONVENTIONAL), "needs mode=1 (replay), got mode=0"),
+    (dict(read_format=4, read_block_scale=None), "read_block_scale is NULL"),
+    (dict(read_format=4, read_block_scale=(1 << 20) + 4), "read_block_scale is not 16-byte aligned"),
+    (dict(read_format=4, read_scale=None), "read_scale is NULL (required by read_format=4, nvfp4)"),
+    (dict(read_format=4, state_dtype=1), "read_format=4 (nvfp4) with state_dtype=1 is not supported"),
+    (dict(read_format=2, state_dtype=2), "read_format=2 (bf16) with state_dtype=2 is not supported"),
+])
+def test_native_read_copy_errors_name_the_value(overrides, words):
+    dummy = 1 << 20
+    args = dict(read_state=dummy, read_scale=dummy, read_block_scale=dummy)
+    args.update(overrides)
+    status, msg = _native_status(**args)
     assert status == 1 and words in msg, msg
 
 

@@ -25,6 +25,12 @@ CONV1D_MAX_TOKENS = 16
 # Read-copy formats and their bits per state element (nvfp4: 4-bit values plus an 8-bit scale per 16).
 READ_FORMATS = ("none", "fp16", "bf16", "fp8", "nvfp4")
 READ_FORMAT_BITS = {"fp16": 16, "bf16": 16, "fp8": 8, "nvfp4": 4.5}
+# Codes of the C ABI enum rssm_read_format, and the (checkpoint dtype, read format) pairs the Mamba-2 decode
+# kernel reads and writes besides "none" (plugins/capi/mamba2_dispatch.cu, kReadCopies; a test checks that the
+# two agree). nvfp4 with an fp16 / bf16 checkpoint: PyTorch reference only.
+READ_FORMAT_CODES = {"none": 0, "fp16": 1, "bf16": 2, "fp8": 3, "nvfp4": 4}
+MAMBA2_KERNEL_READ_COPIES = (("fp32", "fp16"), ("fp32", "bf16"), ("fp32", "fp8"), ("fp16", "fp8"), ("bf16", "fp8"),
+                             ("fp32", "nvfp4"))
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trtllm_replayssm.quant import dequantize_state, quantize_state
+from trtllm_replayssm.quant import NVFP4_BLOCK, NVFP4_ROWS, dequantize_state, quantize_state
 
 from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, CURSOR_REPLICAS,
                                      GdnLayerShape, Mamba2LayerShape, ReplayConfig, dtype_name)
@@ -59,9 +59,14 @@ def read_copy_specs(state_shape: tuple, fmt: str) -> list[BufferSpec]:
     if fmt == "fp8":
         return [BufferSpec("read_state", tuple(state_shape), torch.float8_e4m3fn, "read copy, fp8 e4m3"),
                 BufferSpec("read_scale", tuple(rows), torch.float32, "read copy, one scale per state row")]
+    *heads, R = rows
+    if R % NVFP4_ROWS:
+        raise ValueError(f"read_format=nvfp4 needs state rows in groups of {NVFP4_ROWS}, got {R} rows per head")
     return [BufferSpec("read_state", (*rows, N // 2), torch.uint8, "read copy, e2m1 codes (2 per byte)"),
-            BufferSpec("read_scale", (*rows, N // 16), torch.float8_e4m3fn, "read copy, e4m3 scale per 16"),
-            BufferSpec("read_tensor_scale", (1,), torch.float32, "read copy, fp32 scale of the slot's state")]
+            BufferSpec("read_block_scale", (*rows, N // NVFP4_BLOCK), torch.float8_e4m3fn,
+                       "read copy, e4m3 scale per 16 elements"),
+            BufferSpec("read_scale", (*heads, R // NVFP4_ROWS), torch.float32,
+                       f"read copy, fp32 scale per {NVFP4_ROWS} state rows")]
 
 
 def mamba2_buffer_specs(shape: Mamba2LayerShape, cfg: ReplayConfig) -> list[BufferSpec]:

@@ -1,12 +1,26 @@
 """State precisions, in PyTorch: the low-precision formats of read copies and checkpoints, and the
 stochastic rounding applied when a flush stores a non-fp32 checkpoint. The specification of the kernels'
-quantisers (a later issue adds them to the flush and the non-flush readout).
+quantisers (the Mamba-2 decode flush writes fp16 / bf16 / fp8 / nvfp4 copies exactly as below).
 
-Formats (x: [..., n], quantised along the last dimension):
+Formats (x: [..., R, n], quantised along the last dimension):
     fp8 e4m3, per-row scale  : s = amax(|row|) / 448 ;  q = e4m3(x / s)
-    nvfp4                    : tensor scale t = amax(|x|) / (448 * 6) ; per block of 16 a scale
-                               b = e4m3(amax(|block|) / 6 / t) ; q = e2m1(x / (b t)), e2m1 values
-                               {0, 0.5, 1, 1.5, 2, 3, 4, 6} with sign; two codes per byte (low nibble first)
+    nvfp4                    : per group of NVFP4_ROWS = 4 rows an fp32 scale t = amax(|group|) / (448 * 6);
+                               per block of 16 a scale b = e4m3(amax(|block|) / 6 / t);
+                               q = e2m1(x / (b t)) (0 where b t = 0), e2m1 values {0, 0.5, 1, 1.5, 2, 3, 4, 6}
+                               with sign, round to nearest even (ties to the even code), saturating at 6;
+                               two codes per byte (low nibble first). Scales clamp to the smallest normal fp32.
+    Every division above is one IEEE fp32 division in the order written, and b t is one fp32 product, so a
+    kernel that quantises fp32 values with the same operations writes the same bits.
+
+Why the nvfp4 second-level scale is per group of 4 rows and not per tensor (or per slot): a copy is written
+by the flush of one decode step, in one pass, by blocks that each see part of a slot's state (a block owns
+some (head, tile of rows) units; how many rows a tile has depends on the launch: 8 to 64 rows, 20 for
+head_dim 80). A per-tensor scale would need the amax of the whole state before any code is written: a second
+pass or a grid-wide reduction. The group must lie inside what one flushing unit holds, whatever the tiling;
+the kernel's finest unit of rows is one warp's rows (4, 8 or 16 consecutive rows, aligned, for every
+checkpoint dtype and dstate), so 4 rows is the largest group that is always inside one warp: its amax is a
+warp shuffle, no shared memory and no agreement between blocks. 16 rows would straddle tiles at head_dim 80
+(tiles of 20 rows) and at 8-row tiles. Cost: 4 bytes per 4 x dstate elements (0.4 to 1.6% of the codes).
 Stochastic rounding to bf16 / fp16 / fp8 e4m3: round up with probability (x - lo) / (hi - lo) between the two
 neighbouring representable values, from a counter-based generator keyed on (seed, slot, step, element):
 reproducible for a fixed key, unbiased in expectation.
@@ -18,7 +32,8 @@ import torch
 
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
-NVFP4_BLOCK = 16
+NVFP4_BLOCK = 16  # elements per e4m3 block scale
+NVFP4_ROWS = 4  # rows per fp32 group scale (module docstring: why 4)
 E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float8_e4m3fn: torch.int8}
 
@@ -46,26 +61,35 @@ def _e2m1_code(v: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_nvfp4(x: torch.Tensor):
-    """(packed codes uint8 [..., n/2], block scales float8_e4m3fn [..., n/16], tensor scale fp32 scalar)."""
+    """x [..., R, n] -> (packed codes uint8 [..., R, n/2], block scales float8_e4m3fn [..., R, n/16],
+    group scales fp32 [..., R/4]): one fp32 scale per NVFP4_ROWS consecutive rows (module docstring)."""
     x = x.float()
-    n = x.shape[-1]
+    if x.dim() < 2:
+        raise ValueError(f"nvfp4 quantises rows of a matrix [..., R, n], got shape {tuple(x.shape)}")
+    *lead, R, n = x.shape
     if n % NVFP4_BLOCK:
         raise ValueError(f"nvfp4 needs the last dimension to be a multiple of {NVFP4_BLOCK}, got {n}")
-    t = (x.abs().amax() / (E4M3_MAX * E2M1_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
-    blocks = x.reshape(*x.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK)
-    bscale = (blocks.abs().amax(-1) / E2M1_MAX / t).to(torch.float8_e4m3fn)
-    denom = (bscale.float() * t)[..., None]
+    if R % NVFP4_ROWS:
+        raise ValueError(f"nvfp4 needs the row count to be a multiple of {NVFP4_ROWS}, got {R}")
+    groups = x.reshape(*lead, R // NVFP4_ROWS, NVFP4_ROWS * n)
+    t = (groups.abs().amax(-1) / (E4M3_MAX * E2M1_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
+    t_rows = t.repeat_interleave(NVFP4_ROWS, dim=-1)[..., None]  # [..., R, 1]
+    blocks = x.reshape(*lead, R, n // NVFP4_BLOCK, NVFP4_BLOCK)
+    bscale = (blocks.abs().amax(-1) / E2M1_MAX / t_rows).to(torch.float8_e4m3fn)
+    denom = (bscale.float() * t_rows)[..., None]
     scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), torch.zeros_like(blocks))
-    codes = _e2m1_code(scaled).reshape(*x.shape[:-1], n)
+    codes = _e2m1_code(scaled).reshape(*lead, R, n)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return packed, bscale, t
 
 
 def dequantize_nvfp4(packed: torch.Tensor, bscale: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The fp32 values e2m1 * (b t) of a copy made by quantize_nvfp4 ([..., R, n])."""
     codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
     vals = E2M1_VALUES.to(packed.device)[(codes & 7).long()] * torch.where(codes >= 8, -1.0, 1.0)
     n = vals.shape[-1]
-    blocks = vals.reshape(*vals.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK) * (bscale.float() * t)[..., None]
+    t_rows = t.float().repeat_interleave(NVFP4_ROWS, dim=-1)[..., None]
+    blocks = vals.reshape(*vals.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK) * (bscale.float() * t_rows)[..., None]
     return blocks.reshape(*vals.shape)
 
 
@@ -109,7 +133,8 @@ def stochastic_round(x: torch.Tensor, dtype: torch.dtype, seed: int, slot: int, 
 
 
 def quantize_state(x: torch.Tensor, fmt: str) -> dict:
-    """A state [..., N] (fp32) in a read-copy format, as named parts: {'read_state', and scales}."""
+    """A state [..., R, N] (fp32) in a read-copy format, as named parts: {'read_state', and scales}; the names
+    are the pool's buffers and the kernel params' fields (nvfp4: read_block_scale e4m3, read_scale fp32)."""
     if fmt in ("fp16", "bf16"):
         return {"read_state": x.to(torch.float16 if fmt == "fp16" else torch.bfloat16)}
     if fmt == "fp8":
@@ -117,7 +142,7 @@ def quantize_state(x: torch.Tensor, fmt: str) -> dict:
         return {"read_state": codes, "read_scale": scale}
     if fmt == "nvfp4":
         packed, bscale, t = quantize_nvfp4(x)
-        return {"read_state": packed, "read_scale": bscale, "read_tensor_scale": t.reshape(1)}
+        return {"read_state": packed, "read_block_scale": bscale, "read_scale": t}
     raise ValueError(f"unknown read format {fmt!r}")
 
 
@@ -128,5 +153,5 @@ def dequantize_state(parts: dict, fmt: str) -> torch.Tensor:
     if fmt == "fp8":
         return dequantize_fp8_rows(parts["read_state"], parts["read_scale"])
     if fmt == "nvfp4":
-        return dequantize_nvfp4(parts["read_state"], parts["read_scale"], parts["read_tensor_scale"][0])
+        return dequantize_nvfp4(parts["read_state"], parts["read_block_scale"], parts["read_scale"])
     raise ValueError(f"unknown read format {fmt!r}")

@@ -1,7 +1,8 @@
 // The one dispatch point of the Mamba-2 decode family: validation of runtime values against the closed lists
-// below, then the jump to the specialisation compiled in mamba2_decode_<state dtype>.cu.
+// below, then the jump to the specialisation compiled in mamba2_decode_<state dtype>[_read_<copy>].cu.
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "error.h"
 #include "replayssm.h"
@@ -13,39 +14,118 @@ namespace mamba2 {
 // Closed lists (mirrored by trtllm_replayssm/config.py; tests check the two agree).
 static const int kHeadDims[] = {64, 80, 128};
 static const int kDstates[] = {64, 128, 256};
+// (checkpoint dtype, read format) pairs with a compiled read-copy kernel: the copy must be narrower than the
+// checkpoint (otherwise it saves no traffic; trtllm_replayssm/config.py refuses the same pairs).
+struct ReadCopyPair {
+  int state_dtype, read_format;
+};
+static const ReadCopyPair kReadCopies[] = {{RSSM_DTYPE_FP32, RSSM_READ_FP16}, {RSSM_DTYPE_FP32, RSSM_READ_BF16},
+                                           {RSSM_DTYPE_FP32, RSSM_READ_FP8},  {RSSM_DTYPE_FP16, RSSM_READ_FP8},
+                                           {RSSM_DTYPE_BF16, RSSM_READ_FP8},  {RSSM_DTYPE_FP32, RSSM_READ_NVFP4}};
+static const char kReadCopiesText[] =
+    "supported (state_dtype, read_format): (fp32, fp16), (fp32, bf16), (fp32, fp8), (fp16, fp8), (bf16, fp8), "
+    "(fp32, nvfp4); read_format none with every state dtype";
 
-#define RSSM_DECLARE(S, A, N) \
-  extern template cudaError_t launch_decode<S, A, N>(const rssm_mamba2_decode_params&, cudaStream_t);
-#define RSSM_DECLARE_N(S, A) RSSM_DECLARE(S, A, 64) RSSM_DECLARE(S, A, 128) RSSM_DECLARE(S, A, 256)
-#define RSSM_DECLARE_ACT(S) RSSM_DECLARE_N(S, float) RSSM_DECLARE_N(S, __half) RSSM_DECLARE_N(S, __nv_bfloat16)
-RSSM_DECLARE_ACT(float)
-RSSM_DECLARE_ACT(__half)
-RSSM_DECLARE_ACT(__nv_bfloat16)
+#define RSSM_DECLARE(S, A, N, R) \
+  extern template cudaError_t launch_decode<S, A, N, R>(const rssm_mamba2_decode_params&, cudaStream_t);
+#define RSSM_DECLARE_N(S, A, R) RSSM_DECLARE(S, A, 64, R) RSSM_DECLARE(S, A, 128, R) RSSM_DECLARE(S, A, 256, R)
+#define RSSM_DECLARE_ACT(S, R) \
+  RSSM_DECLARE_N(S, float, R) RSSM_DECLARE_N(S, __half, R) RSSM_DECLARE_N(S, __nv_bfloat16, R)
+RSSM_DECLARE_ACT(float, void)
+RSSM_DECLARE_ACT(__half, void)
+RSSM_DECLARE_ACT(__nv_bfloat16, void)
+RSSM_DECLARE_ACT(float, __half)
+RSSM_DECLARE_ACT(float, __nv_bfloat16)
+RSSM_DECLARE_ACT(float, __nv_fp8_e4m3)
+RSSM_DECLARE_ACT(__half, __nv_fp8_e4m3)
+RSSM_DECLARE_ACT(__nv_bfloat16, __nv_fp8_e4m3)
+RSSM_DECLARE_ACT(float, nvfp4x2)
 
-template <typename S, typename A>
+template <typename S, typename A, typename R>
 static cudaError_t dispatch_n(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   switch (p.dstate) {
-    case 64: return launch_decode<S, A, 64>(p, stream);
-    case 128: return launch_decode<S, A, 128>(p, stream);
-    default: return launch_decode<S, A, 256>(p, stream);
+    case 64: return launch_decode<S, A, 64, R>(p, stream);
+    case 128: return launch_decode<S, A, 128, R>(p, stream);
+    default: return launch_decode<S, A, 256, R>(p, stream);
   }
 }
 
-template <typename S>
+template <typename S, typename R>
 static cudaError_t dispatch_act(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   switch (p.act_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_n<S, float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_n<S, __half>(p, stream);
-    default: return dispatch_n<S, __nv_bfloat16>(p, stream);
+    case RSSM_DTYPE_FP32: return dispatch_n<S, float, R>(p, stream);
+    case RSSM_DTYPE_FP16: return dispatch_n<S, __half, R>(p, stream);
+    default: return dispatch_n<S, __nv_bfloat16, R>(p, stream);
   }
+}
+
+// Read copies apply to replay mode only; validate() has checked the pair against kReadCopies.
+template <typename S>
+static cudaError_t dispatch_read(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
+  const int fmt = p.mode == RSSM_MAMBA2_REPLAY ? p.read_format : RSSM_READ_NONE;
+  switch (fmt) {
+    case RSSM_READ_FP8: return dispatch_act<S, __nv_fp8_e4m3>(p, stream);
+    case RSSM_READ_FP16:
+      if constexpr (std::is_same_v<S, float>) return dispatch_act<S, __half>(p, stream);
+      break;
+    case RSSM_READ_BF16:
+      if constexpr (std::is_same_v<S, float>) return dispatch_act<S, __nv_bfloat16>(p, stream);
+      break;
+    case RSSM_READ_NVFP4:
+      if constexpr (std::is_same_v<S, float>) return dispatch_act<S, nvfp4x2>(p, stream);
+      break;
+    default: break;
+  }
+  return dispatch_act<S, void>(p, stream);
 }
 
 static cudaError_t dispatch(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   switch (p.state_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_act<float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_act<__half>(p, stream);
-    default: return dispatch_act<__nv_bfloat16>(p, stream);
+    case RSSM_DTYPE_FP32: return dispatch_read<float>(p, stream);
+    case RSSM_DTYPE_FP16: return dispatch_read<__half>(p, stream);
+    default: return dispatch_read<__nv_bfloat16>(p, stream);
   }
+}
+
+static const char* read_format_name(int f) {
+  switch (f) {
+    case RSSM_READ_NONE: return "none";
+    case RSSM_READ_FP16: return "fp16";
+    case RSSM_READ_BF16: return "bf16";
+    case RSSM_READ_FP8: return "fp8";
+    case RSSM_READ_NVFP4: return "nvfp4";
+    default: return "unknown";
+  }
+}
+
+// The read-copy fields: a pair from kReadCopies, replay mode, and the copy's buffers.
+static rssm_status validate_read_copy(const rssm_mamba2_decode_params& p) {
+  if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
+  bool listed = false;
+  for (const ReadCopyPair& r : kReadCopies) listed |= r.state_dtype == p.state_dtype && r.read_format == p.read_format;
+  if (!listed)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with state_dtype=%d is not supported; %s",
+                p.read_format, read_format_name(p.read_format), p.state_dtype, kReadCopiesText);
+  if (p.mode != RSSM_MAMBA2_REPLAY)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) needs mode=1 (replay), got mode=%d", p.read_format,
+                read_format_name(p.read_format), p.mode);
+  if (!p.read_state) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is NULL (required by read_format=%d)", p.read_format);
+  if (reinterpret_cast<uintptr_t>(p.read_state) & 15u)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is not 16-byte aligned");
+  if (p.read_format == RSSM_READ_FP8 || p.read_format == RSSM_READ_NVFP4) {
+    if (!p.read_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=%d, %s)", p.read_format,
+                  read_format_name(p.read_format));
+    if (reinterpret_cast<uintptr_t>(p.read_scale) & 3u)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
+  }
+  if (p.read_format == RSSM_READ_NVFP4) {
+    if (!p.read_block_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_block_scale is NULL (required by read_format=4, nvfp4)");
+    if (reinterpret_cast<uintptr_t>(p.read_block_scale) & 15u)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_block_scale is not 16-byte aligned");
+  }
+  return RSSM_OK;
 }
 
 template <size_t K>
@@ -128,7 +208,7 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
     if (!aligned16(p.ring_dt)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_dt is not 16-byte aligned");
     if (!aligned16(p.cursor)) return fail(RSSM_ERR_INVALID_ARGUMENT, "cursor is not 16-byte aligned");
   }
-  return RSSM_OK;
+  return validate_read_copy(p);
 }
 
 }  // namespace mamba2

@@ -5,7 +5,8 @@ run the PyTorch reference with the same semantics. Inputs are validated before a
 errors name the offending argument and value.
 
 In-place: `conventional_decode` writes state[slot] of every non-padding row; `replay_decode` writes the
-pool's ring record and cursor of every non-padding row and the checkpoint of flushing rows. Both write `out`
+pool's ring record and cursor of every non-padding row and the checkpoint (and the read copy, if the pool has
+one) of flushing rows. Both write `out`
 (allocated when None) at non-padding rows only. Slot indices of one call must be distinct.
 """
 
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_STATE_DTYPES, PAD_SLOT_ID, Mamba2LayerShape,
-                                     dtype_name)
+from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_KERNEL_READ_COPIES, MAMBA2_STATE_DTYPES,
+                                     PAD_SLOT_ID, Mamba2LayerShape, dtype_name)
 from trtllm_replayssm.ops.mamba2 import kernels
 from trtllm_replayssm.ops.validate import check as _check
 from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
@@ -107,12 +108,16 @@ def replay_decode(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
     y = torch.empty_like(x) if out is None else out
     if x.device.type != "cuda":
         return replay_decode_reference(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y)
-    if pool.cfg.read_format != "none":
-        raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
-                                  "only so far (CPU tensors); the kernels do not read them yet")
+    fmt = pool.cfg.read_format
+    state = dtype_name(pool.cfg.state_dtype)
+    if fmt != "none" and (state, fmt) not in MAMBA2_KERNEL_READ_COPIES:
+        pairs = ", ".join(f"({s}, {f})" for s, f in MAMBA2_KERNEL_READ_COPIES)
+        raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the CUDA kernel reads the pairs "
+                                  f"{pairs}; this one exists in the PyTorch reference only so far (CPU tensors)")
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, dt_softplus,
                             slot_idx, pad_slot_id, y, pool.ring_x, pool.ring_B, pool.ring_dt, pool.cursor,
-                            pool.buffer_len)
+                            pool.buffer_len, fmt, pool.buffers.get("read_state"), pool.buffers.get("read_scale"),
+                            pool.buffers.get("read_block_scale"))
     kernels.launch(p, x.device)
     return y
 

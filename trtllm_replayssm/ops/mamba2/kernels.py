@@ -8,7 +8,7 @@ import ctypes
 import torch
 
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import DTYPE_CODES
+from trtllm_replayssm.config import DTYPE_CODES, READ_FORMAT_CODES
 
 CONVENTIONAL, REPLAY = 0, 1
 
@@ -27,6 +27,7 @@ class Mamba2DecodeParams(ctypes.Structure):
     _fields_ += [(n, _i64) for n in ("x_batch_stride", "x_head_stride", "dt_batch_stride", "dt_head_stride",
                                      "B_batch_stride", "B_group_stride", "C_batch_stride", "C_group_stride",
                                      "z_batch_stride", "z_head_stride", "y_batch_stride", "y_head_stride")]
+    _fields_ += [("read_format", _i32), ("read_state", _ptr), ("read_scale", _ptr), ("read_block_scale", _ptr)]
 
 
 def _ptr_of(t):
@@ -38,7 +39,11 @@ def _strides2(t):
 
 
 def fill_params(mode, state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y,
-                ring_x=None, ring_B=None, ring_dt=None, cursor=None, buffer_len=1) -> Mamba2DecodeParams:
+                ring_x=None, ring_B=None, ring_dt=None, cursor=None, buffer_len=1, read_format="none",
+                read_state=None, read_scale=None, read_block_scale=None) -> Mamba2DecodeParams:
+    """read_format (a key of READ_FORMAT_CODES) with its buffers read_state / read_scale / read_block_scale
+    (replay only; the pool's buffers of the same names): the output-only route reads the copy, flush rows
+    rewrite it."""
     p = Mamba2DecodeParams()
     p.batch, p.nheads, p.head_dim = x.shape[0], x.shape[1], x.shape[2]
     p.dstate, p.ngroups = B.shape[2], B.shape[1]
@@ -47,8 +52,10 @@ def fill_params(mode, state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_id
     p.dt_softplus = int(bool(dt_softplus))
     for name, t in (("state", state), ("ring_x", ring_x), ("ring_B", ring_B), ("ring_dt", ring_dt),
                     ("cursor", cursor), ("slot_idx", slot_idx), ("x", x), ("dt", dt), ("B", B), ("C", C),
-                    ("z", z), ("A", A), ("D", D), ("dt_bias", dt_bias), ("y", y)):
+                    ("z", z), ("A", A), ("D", D), ("dt_bias", dt_bias), ("y", y), ("read_state", read_state),
+                    ("read_scale", read_scale), ("read_block_scale", read_block_scale)):
         setattr(p, name, _ptr_of(t))
+    p.read_format = READ_FORMAT_CODES[read_format]
     for name, t in (("x", x), ("dt", dt), ("B", B), ("C", C), ("z", z), ("y", y)):
         s0, s1 = _strides2(t)
         setattr(p, f"{name}_batch_stride", s0)

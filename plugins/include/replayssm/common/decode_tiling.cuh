@@ -25,6 +25,7 @@ constexpr int kElemsPerThread = 32;  // checkpoint elements each thread holds in
 // per-row work (the replayed terms) before their last shuffles.
 template <typename StateT, int N>
 struct Tiling {
+  static constexpr int ROW = N;                              // elements per state row
   static constexpr int VEC = 16 / sizeof(StateT);            // elements per 16-byte vector
   static constexpr int VPT = kElemsPerThread / VEC;          // vectors per thread
   static constexpr int LPR = N / VEC < 32 ? N / VEC : 32;    // lanes per state row

@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 namespace replayssm {
@@ -9,6 +10,7 @@ namespace replayssm {
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -18,6 +20,20 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// e4m3 round to nearest even, saturating to +-448 (what torch's float8_e4m3fn cast gives below 480, the only
+// range the read-copy quantiser produces).
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float v) {
+  __nv_fp8_e4m3 r;
+  r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  return r;
+}
+
+// Two e2m1 codes in one byte, low nibble first: the element type naming nvfp4 read copies (decode.cuh encodes
+// and decodes the codes with integer and fp16 operations, so cuda_fp4.h is not needed).
+struct nvfp4x2 {
+  uint8_t bits;
+};
 
 // Raw storage of VEC elements of T as one aligned access (VEC * sizeof(T) is 4, 8 or 16 bytes).
 template <typename T, int VEC>
@@ -62,6 +78,14 @@ template <int WIDTH>
 __device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
   for (int offset = WIDTH / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset, WIDTH);
+  return v;
+}
+
+// Maximum over groups of WIDTH consecutive lanes (WIDTH a power of two <= 32); every lane gets its group's max.
+template <int WIDTH>
+__device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset, WIDTH));
   return v;
 }
 

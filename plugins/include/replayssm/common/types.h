@@ -13,6 +13,16 @@ typedef enum rssm_dtype {
   RSSM_DTYPE_BF16 = 2,
 } rssm_dtype;
 
+// Formats of a state's read copy (written at flush, read by the output-only route, never fed back into the
+// recurrence; trtllm_replayssm/quant.py specifies each). Values are part of the C ABI: append only.
+typedef enum rssm_read_format {
+  RSSM_READ_NONE = 0,   // no copy: the output-only route reads the checkpoint
+  RSSM_READ_FP16 = 1,   // fp16 copy of every state element
+  RSSM_READ_BF16 = 2,   // bf16 copy of every state element
+  RSSM_READ_FP8 = 3,    // fp8 e4m3 codes, one fp32 scale per state row (amax / 448)
+  RSSM_READ_NVFP4 = 4,  // e2m1 codes, an e4m3 scale per 16 elements, an fp32 scale per 4 state rows
+} rssm_read_format;
+
 // Status codes returned by every C ABI function. Values are part of the C ABI: append only.
 typedef enum rssm_status {
   RSSM_OK = 0,

@@ -17,10 +17,48 @@
 //   flush     (h = L-1): S = abar S0 + sum_j (w_j x_j) B_jᵀ; store S; y = S·C; history := 0
 // The conventional step is the flush route with t = 1 (the current token only) and no ring, performing the
 // same operations in the same order: at L = 1 the replay step equals it bit for bit.
+//
+// Read copies (CopyT = __half, __nv_bfloat16, __nv_fp8_e4m3 or nvfp4x2; void: none). The copy has the checkpoint's
+// layout [slots, H, P, N] and keeps the checkpoint's thread mapping, Tiling<StateT, N>: a thread's copy vectors
+// are its checkpoint vectors narrowed (VEC elements of CopyT: 8 or 4 bytes instead of 16), so the flush writes
+// exactly the copy elements the output-only route of the same thread will read, and neither route needs a
+// second mapping or a shuffle. The price is narrower accesses on the non-flush read (4- or 8-byte cp.async per
+// lane, still fully coalesced: a warp instruction covers whole rows); a separate 16-byte tiling for the copy
+// would halve or quarter the copy instructions, left for when the benchmark shows the issue rate matters.
+//   - The stages hold the copy tile (sizeof(CopyT) per element): the output-only route widens it to fp32 in
+//     registers. fp8: y_row = scale_row * sum_n code_n C_n (the row scale factored out of the dot product; the
+//     block's row scales are staged once in the prologue).
+//   - A flush unit reads its checkpoint tile straight from global memory (16-byte loads issued back to back,
+//     not through the stages): whether a unit flushes is known only once the cursor has landed, after the
+//     first two stages were queued. Units 0 and 1 therefore always stage their copy tile (wasted on a flush
+//     row: one copy tile, 1/L of the steps); later flush units stage nothing.
+//   - The flush stores the checkpoint (StateT, as without a copy) and the copy, quantised from the same fp32
+//     registers: fp16/bf16 round to nearest; fp8 takes the row's amax across the LPR lanes holding the row,
+//     scale = max(amax / 448, FLT_MIN), code = e4m3_satfinite(v / scale), as quant.quantize_fp8_rows.
+//
+// nvfp4 read copy (CopyT = nvfp4x2; quant.py specifies the format): e2m1 codes two per byte
+// [slots, H, P, N/2], an e4m3 scale per 16 elements [slots, H, P, N/16] (read_block_scale) and an fp32 scale
+// per 4 rows [slots, H, P/4] (read_scale). Same thread mapping as the other copies, with two differences:
+//   - A thread's vector is VEC/2 bytes of codes (2 for an fp32 checkpoint), below the 4-byte minimum of
+//     cp.async, so a warp stages its rows cooperatively: a warp's rows are RW x N = 1024 elements, 512
+//     contiguous bytes of codes (16 per lane) and 64 bytes of block scales (16 per lane, lanes 0-3). A lane then
+//     reads codes other lanes copied: the unit loop has a __syncwarp after the wait (data landed for every lane)
+//     and before queueing the next copies into a stage (every lane done reading it).
+//   - Flush: the block amax across the 16 / VEC lanes holding a block (shuffles), the group amax across the
+//     whole warp (a warp's rows are whole groups of 4: RW is 4, 8 or 16 for every tiling), then
+//     t = max(amax / 2688, FLT_MIN), b = e4m3(amax_block / 6 / t), code = e2m1(v / (b t)) by comparisons
+//     (nearest, ties to even, saturating): the same fp32 operations in the same order as quant.quantize_nvfp4,
+//     so the copy of an fp32 checkpoint matches the reference bit for bit.
+//   - Non-flush read: codes widen to fp32 exactly in registers (e2m1x2_scaled), y_row = t_row * sum_blocks
+//     b * sum_n code_n C_n (block scales inside the lane's dot, the group scale, staged in the prologue, after
+//     the reduce-scatter). Hopper has no fp4 arithmetic; the conversion is integer ops plus one f16x2 widen.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <type_traits>
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
@@ -44,12 +82,17 @@ struct SmemPlan {
   int cursor;                          // [heads][RSSM_CURSOR_FIELDS] int32: one cursor replica per chunk head
   int w;                               // [heads][L] fp32: w_j of each chunk head's window, by record j
   int coef;                            // [heads][L] fp32: w_j (B_j·C) by ring position (0 outside the window)
-  int stage0, stage_bytes;             // the checkpoint tile of a unit: stage k at stage0 + k * stage_bytes
+  int read_scale;                      // fp32 scales of the units' copy rows: fp8 [units][rows], nvfp4
+                                       // [units][rows / 4] (else empty)
+  int stage0, stage_bytes;             // the tile a unit reads (checkpoint, or its read copy): stage k at
+                                       // stage0 + k * stage_bytes
   int bytes;
 };
 
-inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int state_bytes, int act_bytes,
-                          int stages) {
+// tile_bytes: bytes of one unit's staged tile (the checkpoint's, or the read copy's with its block scales);
+// unit_scales: fp32 scales per unit of the read copy (fp8: rows, nvfp4: rows / 4, else 0).
+inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile_bytes, int act_bytes,
+                          int stages, int unit_scales) {
   SmemPlan s{};
   int off = 0;
   auto take = [&](int bytes) {
@@ -65,19 +108,162 @@ inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int stat
   s.cursor = take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
   s.w = take(heads * L * 4);
   s.coef = take(heads * L * 4);
+  s.read_scale = take(units * unit_scales * 4);
   s.stage0 = off;
-  s.stage_bytes = round_up(rows * N * state_bytes, 16);
+  s.stage_bytes = round_up(tile_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
 }
 
-template <typename StateT, typename ActT, int N, bool REPLAY>
+// Flush: stores a thread's fp32 state vectors s (Tiling Tl; instruction i covers row `i * RPI` past the
+// thread's first row) into the read copy at `dst` (the thread's first copy element) and, for fp8, the scales of
+// those rows at `scale_dst` (the thread's first row; written by the row's first lane). Same rounding as
+// trtllm_replayssm/quant.py: fp16/bf16 nearest even; fp8 scale = max(amax / 448, FLT_MIN) with the amax across
+// the row's LPR lanes, code = e4m3(v / scale) (IEEE division, saturating).
+template <typename CopyT, typename Tl>
+__device__ __forceinline__ void store_read_copy(float (&s)[Tl::KI][Tl::NV][Tl::VEC], CopyT* dst, float* scale_dst,
+                                                int col_lane) {
+  constexpr int VEC = Tl::VEC, NV = Tl::NV, KI = Tl::KI, LPR = Tl::LPR, RPI = Tl::RPI;
+#pragma unroll
+  for (int i = 0; i < KI; ++i) {
+    float scale = 1.f;
+    if constexpr (std::is_same_v<CopyT, __nv_fp8_e4m3>) {
+      float amax = 0.f;
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) amax = fmaxf(amax, fabsf(s[i][v][e]));
+      scale = fmaxf(group_max<LPR>(amax) / 448.f, FLT_MIN);
+      if (col_lane == 0) scale_dst[i * RPI] = scale;  // WRITES read_scale[slot, head, row]
+    }
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      float q[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) q[e] = std::is_same_v<CopyT, __nv_fp8_e4m3> ? s[i][v][e] / scale : s[i][v][e];
+      store_vec<CopyT, VEC>(dst + i * RPI * Tl::ROW + v * LPR * VEC, q);  // WRITES read_state[slot, head, row, :]
+    }
+  }
+}
+
+// nvfp4 (quant.py): rows per fp32 group scale, elements per e4m3 block scale, and 448 * 6 (the largest
+// block scale times the largest e2m1 value).
+constexpr int kNvfp4Rows = 4, kNvfp4Block = 16;
+constexpr float kNvfp4Range = 448.f * 6.f;
+
+// e2m1 code of a value already divided by its scale: the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, ties to the
+// even code, saturating at 6, sign bit 3 set for v < 0 (quant._e2m1_code; NaN gives 0 in both).
+__device__ __forceinline__ uint32_t e2m1_code(float v) {
+  const float m = fabsf(v);
+  const uint32_t idx = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.f);
+  return idx | (v < 0.f ? 8u : 0u);
+}
+
+// Two e2m1 codes (one byte, low nibble first) widened to fp32, times 2^-14, exactly: a code's magnitude bits
+// placed at fp16 bits 9-11 read as exponent E (bits 10-11) and mantissa m (bit 9); E >= 1 is 2^(E-15)(1 + m/2)
+// and E = 0 the subnormal m 2^-15, both 2^-14 times the e2m1 value (the caller folds 2^14 into the scale).
+__device__ __forceinline__ float2 e2m1x2_scaled(uint32_t c) {
+  const uint32_t h = ((c & 0x7u) << 9) | ((c & 0x8u) << 12) | ((c & 0x70u) << 21) | ((c & 0x80u) << 24);
+  __half2 pair;
+  memcpy(&pair, &h, sizeof(h));
+  return __half22float2(pair);
+}
+
+// Flush, nvfp4: stores a thread's fp32 state vectors s (Tiling Tl) as e2m1 codes at `codes` (the byte of the
+// thread's first element), the e4m3 block scales of its vectors at `bscale` (the block of the thread's first
+// element; written by the block's first lane) and the fp32 scales of the warp's row groups at `gscale` (the
+// warp's first group; written by lane 0). All lanes of the warp take part (shuffles over the whole warp).
+template <typename Tl>
+__device__ __forceinline__ void store_read_copy_nvfp4(const float (&s)[Tl::KI][Tl::NV][Tl::VEC], uint8_t* codes,
+                                                      uint8_t* bscale, float* gscale, int lane, int col_lane) {
+  constexpr int VEC = Tl::VEC, NV = Tl::NV, KI = Tl::KI, LPR = Tl::LPR, RPI = Tl::RPI, N = Tl::ROW;
+  constexpr int BL = kNvfp4Block / VEC;   // lanes holding one block
+  constexpr int IPG = kNvfp4Rows / RPI;   // instructions (row groups of RPI) per group of 4 rows
+  static_assert(kNvfp4Block % VEC == 0 && LPR % BL == 0, "a block lies within one row's lanes");
+  static_assert(kNvfp4Rows % RPI == 0 && KI % IPG == 0, "a warp's rows are whole groups of 4");
+  float amax[KI][NV];
+#pragma unroll
+  for (int i = 0; i < KI; ++i)
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      float a = 0.f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a = fmaxf(a, fabsf(s[i][v][e]));
+      amax[i][v] = a;
+    }
+#pragma unroll
+  for (int g = 0; g < KI / IPG; ++g) {
+    float a = 0.f;
+#pragma unroll
+    for (int i = g * IPG; i < (g + 1) * IPG; ++i)
+#pragma unroll
+      for (int v = 0; v < NV; ++v) a = fmaxf(a, amax[i][v]);
+    const float t = fmaxf(group_max<32>(a) / kNvfp4Range, FLT_MIN);
+    if (lane == 0) gscale[g] = t;  // WRITES read_scale[slot, head, group]
+#pragma unroll
+    for (int i = g * IPG; i < (g + 1) * IPG; ++i)
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        const int off = i * RPI * N + v * LPR * VEC;  // the vector's first element, from the thread's first
+        const __nv_fp8_e4m3 b = from_float<__nv_fp8_e4m3>(group_max<BL>(amax[i][v]) / 6.f / t);
+        if (col_lane % BL == 0) bscale[off / kNvfp4Block] = b.__x;  // WRITES read_block_scale[slot, head, row, blk]
+        const float d = to_float(b) * t;
+        Packed<uint8_t, VEC / 2> out;
+#pragma unroll
+        for (int k = 0; k < VEC / 2; ++k) {
+          const uint32_t lo = d > 0.f ? e2m1_code(s[i][v][2 * k] / d) : 0u;
+          const uint32_t hi = d > 0.f ? e2m1_code(s[i][v][2 * k + 1] / d) : 0u;
+          out.v[k] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+        *reinterpret_cast<Packed<uint8_t, VEC / 2>*>(codes + off / 2) = out;  // WRITES read_state[slot, head, row, :]
+      }
+  }
+}
+
+// nvfp4, output-only route: the lane's dot of one row's vectors (codes and block scales staged in shared
+// memory at `codes` / `bscale`, the thread's first element) with C; the group scale is applied by the caller.
+template <typename Tl>
+__device__ __forceinline__ float lane_dot_nvfp4(const uint8_t* codes, const uint8_t* bscale, int i,
+                                                const float (&Cc)[Tl::NV][Tl::VEC]) {
+  constexpr int VEC = Tl::VEC, NV = Tl::NV, LPR = Tl::LPR, RPI = Tl::RPI, N = Tl::ROW;
+  float acc = 0.f;
+#pragma unroll
+  for (int v = 0; v < NV; ++v) {
+    const int off = i * RPI * N + v * LPR * VEC;
+    const Packed<uint8_t, VEC / 2> c = *reinterpret_cast<const Packed<uint8_t, VEC / 2>*>(codes + off / 2);
+    __nv_fp8_e4m3 b;
+    b.__x = bscale[off / kNvfp4Block];
+    float d = 0.f;
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      const float2 w = e2m1x2_scaled(c.v[k]);
+      d = fmaf(w.x, Cc[v][2 * k], d);
+      d = fmaf(w.y, Cc[v][2 * k + 1], d);
+    }
+    acc = fmaf(to_float(b) * 16384.f, d, acc);  // 2^14: e2m1x2_scaled's factor
+  }
+  return acc;
+}
+
+// Element type of the tile the output-only route reads: the read copy's, or the checkpoint's without one.
+template <typename StateT, typename CopyT>
+using ReadT = std::conditional_t<std::is_void_v<CopyT>, StateT, CopyT>;
+
+template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Shape shape, const SmemPlan sp) {
   using Tl = Tiling<StateT, N>;
+  using RT = ReadT<StateT, CopyT>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int SHARE = Tl::SHARE;
   constexpr int kMaxChunkHeads = kMaxUnits;
+  constexpr bool kCopy = !std::is_void_v<CopyT>;                       // a read copy (replay only)
+  constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;     // ... with a scale per state row
+  constexpr bool kNvfp4 = std::is_same_v<CopyT, nvfp4x2>;      // ... nvfp4 (staged per warp)
+  static_assert(!kNvfp4 || RW * N == 1024, "a warp's rows are 32 x kElemsPerThread elements");
+  constexpr int kTileVecBytes = VEC * static_cast<int>(sizeof(RT));  // one vector of the staged tile
+  static_assert(!kCopy || REPLAY, "read copies exist in replay mode only");
+  static_assert(!kCopy || sizeof(RT) < sizeof(StateT), "a read copy is narrower than the checkpoint");
 
   extern __shared__ __align__(16) char smem[];
   __shared__ float s_dt[kMaxChunkHeads], s_A[kMaxChunkHeads], s_D[kMaxChunkHeads];  // the chunk's heads
@@ -105,6 +291,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
   const int64_t sh0 = static_cast<int64_t>(slot) * H + head0;
   StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * P * N;  // unit u's tile at (tile_base + u) TR N
+  // The tile the output-only route reads (same layout and offsets as state_blk) and, fp8, its row scales
+  // (unit u's rows at (tile_base + u) TR).
+  RT* const read_blk = kCopy ? static_cast<RT*>(p.read_state) + sh0 * P * N : reinterpret_cast<RT*>(state_blk);
+  float* const read_scale_blk = kRowScale ? p.read_scale + sh0 * P : nullptr;
+  // nvfp4: codes (bytes) and block scales of (slot, head0), unit u's at ((tile_base + u) TR N) / 2 and / 16;
+  // group scales, unit u's at (tile_base + u) TR / 4.
+  uint8_t* const codes_blk = kNvfp4 ? static_cast<uint8_t*>(p.read_state) + sh0 * P * N / 2 : nullptr;
+  uint8_t* const bscale_blk = kNvfp4 ? static_cast<uint8_t*>(p.read_block_scale) + sh0 * P * N / kNvfp4Block : nullptr;
+  float* const gscale_blk = kNvfp4 ? p.read_scale + sh0 * P / kNvfp4Rows : nullptr;
   const ActT* const x_blk = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head0 * p.x_head_stride;
   const ActT* const z_blk = p.z ? static_cast<const ActT*>(p.z) + b * p.z_batch_stride + head0 * p.z_head_stride : nullptr;
   ActT* const y_blk = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
@@ -119,21 +314,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // vec_step(i, v) further (a compile-time constant: one base register plus immediate offsets).
   const int thread_off = (warp * RW + seg) * N + col_lane * VEC;
   auto vec_step = [](int i, int v) { return i * RPI * N + v * LPR * VEC; };
-  auto stage_state = [&](int stage) { return reinterpret_cast<StateT*>(smem + sp.stage0 + stage * sp.stage_bytes); };
-  // Queues this thread's own vectors of unit u's checkpoint tile into `stage` (it reads back exactly these).
-  auto issue_state = [&](int u, int stage) {
-    const StateT* gs = state_blk + ((tile_base + u) * TR * N + thread_off);
-    StateT* ss = stage_state(stage) + thread_off;
+  auto stage_tile = [&](int stage) { return reinterpret_cast<RT*>(smem + sp.stage0 + stage * sp.stage_bytes); };
+  // Queues this thread's own vectors of unit u's read tile (checkpoint or copy) into `stage` (it reads back
+  // exactly these).
+  auto issue_tile = [&](int u, int stage) {
+    if constexpr (kNvfp4) {  // the warp's rows, cooperatively: 16 bytes of codes per lane, of scales lanes 0-3
+      char* st = smem + sp.stage0 + stage * sp.stage_bytes;
+      const int e0 = (tile_base + u) * TR * N + warp * RW * N;  // the warp's first element
+      cp_async<16>(st + (warp * RW * N) / 2 + lane * 16, codes_blk + e0 / 2 + lane * 16);
+      if (lane < RW * N / kNvfp4Block / 16)
+        cp_async<16>(st + (TR * N) / 2 + (warp * RW * N) / kNvfp4Block + lane * 16,
+                     bscale_blk + e0 / kNvfp4Block + lane * 16);
+    } else {
+      const RT* gs = read_blk + ((tile_base + u) * TR * N + thread_off);
+      RT* ss = stage_tile(stage) + thread_off;
 #pragma unroll
-    for (int i = 0; i < KI; ++i)
+      for (int i = 0; i < KI; ++i)
 #pragma unroll
-      for (int v = 0; v < NV; ++v) cp_async<16>(ss + vec_step(i, v), gs + vec_step(i, v));
+        for (int v = 0; v < NV; ++v) cp_async<kTileVecBytes>(ss + vec_step(i, v), gs + vec_step(i, v));
+    }
   };
+
 
   // ---- Prologue, group 0: the block's small inputs. Unit u's rows of x, z and of every ring x record; the
   // chunk heads' rings of dt and one cursor replica each (that of the head's first unit in the chunk, which
   // this block owns); the group's ring of B records. The whole ring is copied, so that no copy waits for a
   // cursor.
+  if (kRowScale || kNvfp4) {  // the units' row (fp8) or group (nvfp4) scales are consecutive
+    const int per_unit = kNvfp4 ? TR / kNvfp4Rows : TR;
+    const float* src = kNvfp4 ? gscale_blk + tile_base * per_unit : read_scale_blk + tile_base * TR;
+    float* dst = reinterpret_cast<float*>(smem + sp.read_scale);
+    for (int i = threadIdx.x; i < U * per_unit; i += blockDim.x) cp_async<4>(dst + i, src + i);
+  }
   for (int u = warp; u < U; u += nwarps) {
     const int uu = tile_base + u, xoff = (uu >> TL) * xhs + (uu & (T - 1)) * TR;
     const int zoff = (uu >> TL) * zhs + (uu & (T - 1)) * TR;
@@ -171,10 +383,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     }
   }
   cp_async_commit();
-  // Groups 1 and 2: the checkpoint tiles of units 0 and 1.
-  issue_state(0, 0);
+  // Groups 1 and 2: the read tiles of units 0 and 1 (with a read copy: their copy tiles, whether or not the
+  // unit turns out to flush; the cursor has not landed yet).
+  issue_tile(0, 0);
   cp_async_commit();
-  if (U > 1) issue_state(1, 1);
+  if (U > 1) issue_tile(1, 1);
   cp_async_commit();
 
   const ActT* Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
@@ -293,12 +506,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   int stage = 0;  // stage of unit u
   for (int u = 0; u < U; ++u) {
     cp_async_wait_group<1>();  // this thread's vectors of unit u have landed
-    // The stage of unit u + 2 was last read, by this thread only, in unit u - 1.
-    if (u + 2 < U) issue_state(u + 2, stage + 2 < S ? stage + 2 : stage + 2 - S);
+    // nvfp4: lanes read what other lanes of the warp copied: all of the warp's copies have landed, and every
+    // lane has finished unit u - 1 (whose stage the copies below overwrite).
+    if constexpr (kNvfp4) __syncwarp();
+    // The stage of unit u + 2 was last read, by this thread only (nvfp4: this warp only), in unit u - 1. With
+    // a read copy, a unit that will flush stages nothing (its flush reads the checkpoint from global memory).
+    if (u + 2 < U && !(kCopy && s_hist[(tile_base + u + 2) >> TL] == L - 1))
+      issue_tile(u + 2, stage + 2 < S ? stage + 2 : stage + 2 - S);
     cp_async_commit();
 
     const int uu = tile_base + u, hh = uu >> TL, tile = uu & (T - 1), row0 = tile * TR;
-    const StateT* ss = stage_state(stage);
+    const RT* ss = stage_tile(stage);
     const ActT* rx_s = reinterpret_cast<const ActT*>(smem + sp.ring_x) + u * L * TR;
     const ActT* x_s = reinterpret_cast<const ActT*>(smem + sp.x) + u * TR;
     const ActT* z_s = reinterpret_cast<const ActT*>(smem + sp.z) + u * TR;
@@ -315,14 +533,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       // S = abar S0 + sum_j (w_j x_j) B_jᵀ, stored; y = S·C.
       StateT* gstate = state_blk + (uu * TR * N + thread_off);
       float s[KI][NV][VEC];
+      if constexpr (kCopy) {  // the stage holds the copy: the checkpoint comes from global memory
+#pragma unroll
+        for (int i = 0; i < KI; ++i)
+#pragma unroll
+          for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(gstate + vec_step(i, v), s[i][v]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < KI; ++i)
+#pragma unroll
+          for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
+      }
 #pragma unroll
       for (int i = 0; i < KI; ++i)
 #pragma unroll
-        for (int v = 0; v < NV; ++v) {
-          load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
+        for (int v = 0; v < NV; ++v)
 #pragma unroll
           for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
-        }
       for (int j = 0; j < t; ++j) {
         // Record j: its x at this thread's rows, its B at this lane's columns (the current token's from
         // registers, ring records from shared memory), its weight.
@@ -362,17 +589,35 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 #pragma unroll
         for (int v = 0; v < NV; ++v) store_stream(gstate + vec_step(i, v), pack<StateT, VEC>(s[i][v]));  // WRITES state
       }
+      if constexpr (kNvfp4) {
+        const int e0 = uu * TR * N + thread_off;
+        store_read_copy_nvfp4<Tl>(s, codes_blk + e0 / 2, bscale_blk + e0 / kNvfp4Block,
+                                  gscale_blk + (uu * TR + warp * RW) / kNvfp4Rows, lane, col_lane);
+      } else if constexpr (kCopy) {
+        store_read_copy<CopyT, Tl>(s, read_blk + (uu * TR * N + thread_off),
+                                   kRowScale ? read_scale_blk + uu * TR + warp * RW + seg : nullptr, col_lane);
+      }
       yv = reduce_scatter<KI, LPR>(part);
     } else {
       // y = abar (S0·C) + sum_j w_j (B_j·C) x_j; the SHARE lanes of a row split the window between them.
+      if constexpr (kNvfp4) {
+        const uint8_t* st = reinterpret_cast<const uint8_t*>(ss);
 #pragma unroll
-      for (int i = 0; i < KI; ++i) {
-        float s[NV][VEC];
+        for (int i = 0; i < KI; ++i)
+          part[i] = lane_dot_nvfp4<Tl>(st + thread_off / 2, st + (TR * N) / 2 + thread_off / kNvfp4Block, i, Cc);
+      } else {
 #pragma unroll
-        for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[v]);
-        part[i] = lane_dot(s);
+        for (int i = 0; i < KI; ++i) {
+          float s[NV][VEC];
+#pragma unroll
+          for (int v = 0; v < NV; ++v) load_vec<RT, VEC>(ss + thread_off + vec_step(i, v), s[v]);
+          part[i] = lane_dot(s);
+        }
       }
       yv = abar * reduce_scatter<KI, LPR>(part);
+      // fp8 / nvfp4 copy: the row's (group's) scale, factored out of the dot product (row my_row of unit u).
+      if constexpr (kRowScale) yv *= reinterpret_cast<const float*>(smem + sp.read_scale)[u * TR + my_row];
+      if constexpr (kNvfp4) yv *= reinterpret_cast<const float*>(smem + sp.read_scale)[(u * TR + my_row) / kNvfp4Rows];
       // The window, as a sum over every ring position (the current token's x sits in its slot).
       const float* coef = coef_s + hh * L;
       for (int pos = q; pos < L; pos += SHARE) yv = fmaf(coef[pos], to_float(rx_s[pos * TR + my_row]), yv);
@@ -408,7 +653,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-template <typename StateT, typename ActT, int N, bool REPLAY>
+template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
 static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, N>;
   int sms = 0, smem_per_sm = 0;
@@ -417,12 +662,17 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   if (err != cudaSuccess) return err;
   Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, p.batch, sms);
   const int L = REPLAY ? p.buffer_len : 0;
+  constexpr bool kNvfp4 = std::is_same_v<CopyT, nvfp4x2>;
   auto plan = [&](const Shape& s) {
-    return smem_plan(L, N, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), sizeof(StateT), sizeof(ActT),
-                     s.stages);
+    // nvfp4 stage: the codes, then the block scales (each a multiple of 16 bytes: s.rows * N >= 256).
+    const int tile_bytes = kNvfp4 ? s.rows * N / 2 + s.rows * N / kNvfp4Block
+                                  : s.rows * N * static_cast<int>(sizeof(ReadT<StateT, CopyT>));
+    const int unit_scales = kNvfp4 ? s.rows / kNvfp4Rows : std::is_same_v<CopyT, __nv_fp8_e4m3> ? s.rows : 0;
+    return smem_plan(L, N, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), tile_bytes, sizeof(ActT),
+                     s.stages, unit_scales);
   };
   // Fewer units per block until two blocks fit on a multiprocessor (the per-block inputs grow with units).
-  auto kernel = decode_kernel<StateT, ActT, N, REPLAY>;
+  auto kernel = decode_kernel<StateT, ActT, N, REPLAY, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
   while (shape.units > 1 && 2 * (plan(shape).bytes + overhead) > smem_per_sm) halve_units(shape);
   const SmemPlan sp = plan(shape);
@@ -435,14 +685,17 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   return cudaGetLastError();
 }
 
-// Host launch for one (state dtype, activation dtype, dstate) specialisation; params already validated.
-template <typename StateT, typename ActT, int N>
+// Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
+// validated. CopyT void: no read copy, both modes; otherwise replay mode only (validation refuses the rest).
+template <typename StateT, typename ActT, int N, typename CopyT>
 cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
-  if (p.mode == RSSM_MAMBA2_REPLAY) return launch_mode<StateT, ActT, N, true>(p, stream);
-  // The conventional step: one warp per tile of state rows (mamba2/conventional.cuh), bit-identical to
-  // launch_mode<..., false>, which the replay kernel's L = 1 semantics are tested against.
-  return launch_conventional_warp<StateT, ActT, N>(p, stream);
+  if constexpr (std::is_void_v<CopyT>) {
+    // The conventional step: one warp per tile of state rows (mamba2/conventional.cuh), bit-identical to
+    // launch_mode<..., false, void>, which the replay kernel's L = 1 semantics are tested against.
+    if (p.mode != RSSM_MAMBA2_REPLAY) return launch_conventional_warp<StateT, ActT, N>(p, stream);
+  }
+  return launch_mode<StateT, ActT, N, true, CopyT>(p, stream);
 }
 
 }  // namespace mamba2

@@ -1,0 +1,145 @@
+"""Mamba-2 ReplaySSM decode with read copies (issue 5): per read format, the non-flush step (every row on the
+output-only route), the all-flush step and the amortised step (L steps, flush phases staggered across rows),
+against fp32 reads (read format none) and our conventional kernel. fp32 checkpoint, bf16 activations, z gate.
+
+Same timing rules as bench_mamba2.py: CUDA graph of many launches, median of event-timed replays, a pool of
+slots larger than L2 (shuffled slot indices). The bytes column is the non-flush step's traffic model: the copy
+(or checkpoint) tile read, plus the ring window at history L/2, the new record and the step's inputs/outputs.
+
+    python benchmarks/bench_read_copy.py --read-formats none,bf16,fp8,nvfp4 --batches 64,256,512 \\
+        --out benchmarks/read_copy.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from trtllm_replayssm.bench.bytes_model import mamba2_io_bytes
+from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
+from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
+from trtllm_replayssm.pool import Mamba2StatePool, read_copy_specs
+from trtllm_replayssm.quant import quantize_state
+
+SHAPES = {
+    "Nemotron-3-Super": Mamba2LayerShape(128, 64, 128, 8),
+    "Nemotron-3-Nano-30B": Mamba2LayerShape(64, 64, 128, 8),
+}
+L2_BYTES = 60 << 20
+
+
+def nonflush_bytes(shape: Mamba2LayerShape, L: int, fmt: str, act_bytes: int = 2) -> float:
+    """Per row, one output-only step at history L/2: the read tile (the copy with all its scales, as the pool
+    lays it out, or the fp32 checkpoint), L/2 ring records read, one record written, inputs and outputs."""
+    H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
+    specs = read_copy_specs((H, P, N), fmt)
+    tile = H * P * N * 4 if fmt == "none" else sum(s.bytes_per_slot for s in specs)
+    record = act_bytes * (H * P + G * N) + 4 * H
+    return tile + record * (L // 2 + 1) + mamba2_io_bytes(shape, act_bytes)
+
+
+def bench_point(shape_name, shape, batch, L, formats, launches):
+    dev = torch.device("cuda")
+    H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
+    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / (H * P * N * 4)))
+    A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
+    D = torch.randn(H, device=dev)
+    dt_bias = torch.rand(H, device=dev) * 3 - 4
+    x = torch.randn(batch, H, P, device=dev).bfloat16()
+    z = torch.randn(batch, H, P, device=dev).bfloat16()
+    dt = (torch.randn(batch, H, device=dev) * 0.5).bfloat16()
+    B = torch.randn(batch, G, N, device=dev).bfloat16()
+    C = torch.randn(batch, G, N, device=dev).bfloat16()
+    idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
+    out = torch.empty_like(x)
+    row = {"shape": shape_name, "batch": batch, "L": L, "slots": num_slots}
+
+    state = torch.randn(num_slots, H, P, N, device=dev)
+    row["conv_us"] = time_graph_us(
+        lambda: conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out),
+        launches)
+    del state
+    torch.cuda.empty_cache()
+
+    for fmt in formats:
+        pool = Mamba2StatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16, fmt), device=dev)
+        pool.checkpoint.normal_()
+        pool.ring_x.normal_()
+        pool.ring_B.normal_()
+        pool.ring_dt.uniform_(0.01, 0.3)
+        if fmt != "none":  # scales per row / 4 rows / 16 elements: the whole pool at once equals slot by slot
+            for name, part in quantize_state(pool.checkpoint, fmt).items():
+                pool.buffers[name].copy_(part)
+        pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
+        step = lambda: replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
+        row[f"{fmt}_amortised_us"] = time_graph_us(step, L * max(1, launches // L))
+        hist = pool.cursor[..., CURSOR_HISTORY]
+        fill_us = time_graph_us(lambda: hist.fill_(L // 2), launches)
+        row[f"{fmt}_nonflush_us"] = time_graph_us(lambda: (hist.fill_(L // 2), step()), launches) - fill_us
+        row[f"{fmt}_allflush_us"] = time_graph_us(lambda: (hist.fill_(L - 1), step()), launches) - fill_us
+        row[f"{fmt}_nonflush_tbs"] = nonflush_bytes(shape, L, fmt) * batch / (row[f"{fmt}_nonflush_us"] * 1e-6) / 1e12
+        del pool
+        torch.cuda.empty_cache()
+    return row
+
+
+def render(rows, formats, copy_gbs, device_name):
+    lines = [f"# Mamba-2 decode with read copies ({device_name})", "",
+             f"fp32 checkpoint, bf16 activations, z gate, D, dt_bias. CUDA graphs, median µs per step; copy bandwidth "
+             f"(read+write) in the same run: **{copy_gbs / 1e3:.2f} TB/s**. Per read format: non-flush step (every "
+             f"row output-only, history L/2), all-flush step, amortised step (staggered phases); `vs fp32` = "
+             f"speed-up over read format none; `vs conv` = amortised speed-up over our conventional kernel; TB/s = "
+             f"non-flush bytes model (benchmarks/bench_read_copy.py) over the time.", ""]
+    head = ["shape", "batch", "L", "conv µs", "read", "non-flush µs", "vs fp32", "TB/s", "all-flush µs",
+            "amortised µs", "vs fp32", "vs conv"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        for fmt in formats:
+            nf, am = r[f"{fmt}_nonflush_us"], r[f"{fmt}_amortised_us"]
+            nf0, am0 = r.get("none_nonflush_us"), r.get("none_amortised_us")
+            cells = [r["shape"], str(r["batch"]), str(r["L"]), f"{r['conv_us']:.1f}", fmt, f"{nf:.1f}",
+                     f"{nf0 / nf:.2f}x" if nf0 else "-", f"{r[f'{fmt}_nonflush_tbs']:.2f}",
+                     f"{r[f'{fmt}_allflush_us']:.1f}", f"{am:.1f}", f"{am0 / am:.2f}x" if am0 else "-",
+                     f"{r['conv_us'] / am:.2f}x"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--read-formats", default="none,fp16,bf16,fp8,nvfp4",
+                    help="read formats to time (comma separated; 'none' = fp32 reads of the checkpoint)")
+    ap.add_argument("--shapes", default="Nemotron-3-Super")
+    ap.add_argument("--batches", default="64,256,512")
+    ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--launches", type=int, default=32, help="launches per CUDA graph")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    formats = args.read_formats.split(",")
+    copy_gbs = copy_bandwidth_gbs()
+    print(f"# copy bandwidth (read+write): {copy_gbs / 1e3:.2f} TB/s", flush=True)
+    rows, t0 = [], time.time()
+    for name in args.shapes.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            r = bench_point(name, SHAPES[name], batch, args.L, formats, args.launches)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    text = render(rows, formats, copy_gbs, torch.cuda.get_device_name())
+    if args.out:
+        args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "rows": rows}, indent=1))
+    print(f"# {time.time() - t0:.0f} s")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
