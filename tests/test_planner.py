@@ -77,3 +77,19 @@ def test_build_dry_run_plan(capsys):
     assert "state 2.0 MiB, ReplaySSM pool 2.2 MiB" in out
     with pytest.raises(SystemExit, match="only --dry-run"):
         main(["build", "--model", "nemotron_h_tiny"])
+
+
+def test_replay_spec_ratio_bound_by_hand():
+    """The bound keeps one checkpoint per SSM layer, the conv window and the KV cache of a ReplaySSM request and
+    drops its ring: checked against the per-part bytes the planner reports, and above the planned ratio."""
+    from trtllm_replayssm.planner import replay_spec_ratio_bound
+
+    model = analyze(load_config("qwen3_5_122b_a10b"))
+    s = PlanSettings(context_len=8192, T=4)
+    conv_spec = request_bytes(model, "conventional_spec", s)["total"]
+    replay = request_bytes(model, "replay_spec", s)
+    states = sum(layer.shape.num_v_heads * layer.shape.head_v_dim * layer.shape.head_k_dim * 4
+                 for layer in model.of_kind("gdn"))
+    assert replay_spec_ratio_bound(model, s) == pytest.approx(conv_spec / (states + replay["conv"] + replay["kv"]))
+    assert replay_spec_ratio_bound(model, s) > conv_spec / replay["total"]
+    assert replay_spec_ratio_bound(model, s) < 3.0  # the KV cache of 12 attention layers dominates at 8K

@@ -81,3 +81,16 @@ def max_requests(model: ModelPlan, mode: str, s: PlanSettings, gpu_bytes: float,
     """Most concurrent requests whose state fits beside the weights (0 when the weights do not fit)."""
     free = gpu_bytes - weight_bytes
     return max(int(free // request_bytes(model, mode, s)["total"]), 0)
+
+
+def replay_spec_ratio_bound(model: ModelPlan, s: PlanSettings) -> float:
+    """Upper bound of (ReplaySSM speculative requests) / (conventional speculative requests) for this model and
+    context, whatever the ring costs: a ReplaySSM request still holds one checkpoint per SSM layer, its conv
+    window and its KV cache. Where the KV cache dominates, no ring length gets the ratio past this."""
+    conv_spec = request_bytes(model, "conventional_spec", s)["total"]
+    replay = request_bytes(model, "replay_spec", s)
+    cfg = ReplayConfig(buffer_len=s.ring_len("replay_spec"), state_dtype=s.state_dtype, act_dtype=s.act_dtype)
+    checkpoints = sum(_ssm_slot_bytes(layer, cfg, state_only=True) for layer in model.layers
+                      if layer.kind in ("mamba2", "gdn"))
+    return conv_spec / (checkpoints + replay["conv"] + replay["kv"])
+

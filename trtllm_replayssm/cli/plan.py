@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trtllm_replayssm.model_config import analyze, bundled_configs, load_config
-from trtllm_replayssm.planner import MODES, PlanSettings, max_requests, request_bytes
+from trtllm_replayssm.planner import MODES, PlanSettings, max_requests, replay_spec_ratio_bound, request_bytes
 
 
 def register(sub):
@@ -40,4 +40,6 @@ def main(args) -> int:
         ratio = f"  ({n / base:.2f}x conventional spec)" if base and mode == "replay_spec" else ""
         print(f"{mode:<18} {b['ssm'] / 2**20:9.1f} {b['conv'] / 2**20:9.2f} {b['kv'] / 2**20:9.1f} "
               f"{b['total'] / 2**20:10.1f} {n:13d}{ratio}")
+    print(f"bound on the replay_spec / conventional_spec ratio whatever the ring costs (checkpoints, conv and KV "
+          f"kept): {replay_spec_ratio_bound(model, s):.2f}x")
     return 0
