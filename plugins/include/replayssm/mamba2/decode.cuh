@@ -3,11 +3,11 @@
 // function sits beside the kernel and is instantiated per dtype in plugins/capi/.
 //
 // Work split, both modes (common/decode_tiling.cuh): one block per (batch row, group, chunk of consecutive
-// (head, tile) units). A block stages the group's ring of B records once, computes B_j·C once, and streams its
-// units through a 3-stage cp.async pipeline: each thread copies its own vectors of the checkpoint tile (and
-// reads back exactly those), and the small per-unit inputs (ring x and dt records, cursor, x, z) land beside
-// them; while a unit is computed, the next two are in flight. Warp 0 computes the next unit's decay weights
-// while the other warps finish the current one.
+// (head, tile) units). In a prologue, a block copies the group's ring of B records and the small inputs of all
+// its units (ring x and dt records, one cursor replica per head, x, z), computes B_j·C once, and one warp per
+// head computes that head's window weights. The units' checkpoint tiles then stream through a 3-stage cp.async
+// pipeline (while a unit is computed, the next two are in flight); each thread copies its own vectors of a tile
+// and reads back exactly those, so the unit loop has no block barrier.
 //
 // ReplaySSM, per row of the batch, with h = records in the ring since the checkpoint S0 (cursor history) and
 // the current token as record h (t = h + 1 records in the window; record j sits at ring position
