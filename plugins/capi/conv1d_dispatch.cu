@@ -1,7 +1,7 @@
 // The one dispatch point of the conv1d family: validation of runtime values against the closed lists below,
 // then the jump to the specialisation compiled in conv1d_<activation dtype>.cu (update, verify) or here
 // (commit, which depends on the state dtype and k only).
-#include "error.h"
+#include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/conv1d/conv1d.cuh"
 
@@ -20,43 +20,22 @@ RSSM_DECLARE_A(float)
 RSSM_DECLARE_A(__half)
 RSSM_DECLARE_A(__nv_bfloat16)
 
-template <typename S, typename A, typename W>
-static cudaError_t dispatch_k(const rssm_conv1d_params& p, cudaStream_t stream) {
-  switch (p.kernel_size) {
-    case 2: return launch_conv<S, A, W, 2>(p, stream);
-    case 3: return launch_conv<S, A, W, 3>(p, stream);
-    default: return launch_conv<S, A, W, 4>(p, stream);
-  }
-}
-
-template <typename S, typename A>
-static cudaError_t dispatch_w(const rssm_conv1d_params& p, cudaStream_t stream) {
-  if (p.weight_dtype == RSSM_DTYPE_FP32) return dispatch_k<S, A, float>(p, stream);
-  return dispatch_k<S, A, A>(p, stream);
-}
-
-template <typename S>
-static cudaError_t dispatch_act(const rssm_conv1d_params& p, cudaStream_t stream) {
-  if (p.mode == RSSM_CONV1D_COMMIT) {
-    switch (p.kernel_size) {
-      case 2: return launch_commit<S, 2>(p, stream);
-      case 3: return launch_commit<S, 3>(p, stream);
-      default: return launch_commit<S, 4>(p, stream);
-    }
-  }
-  switch (p.act_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_w<S, float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_w<S, __half>(p, stream);
-    default: return dispatch_w<S, __nv_bfloat16>(p, stream);
-  }
-}
-
+// Commit depends on the state dtype and k only; update and verify on every dtype and k.
 static cudaError_t dispatch(const rssm_conv1d_params& p, cudaStream_t stream) {
-  switch (p.state_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_act<float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_act<__half>(p, stream);
-    default: return dispatch_act<__nv_bfloat16>(p, stream);
-  }
+  return with_dtype(p.state_dtype, [&](auto state_tag) {
+    using S = typename decltype(state_tag)::type;
+    if (p.mode == RSSM_CONV1D_COMMIT)
+      return with_value<2, 3, 4>(p.kernel_size, [&](auto k) { return launch_commit<S, decltype(k)::value>(p, stream); });
+    return with_dtype(p.act_dtype, [&](auto act_tag) {
+      using A = typename decltype(act_tag)::type;
+      auto launch = [&](auto weight_tag) {
+        using W = typename decltype(weight_tag)::type;
+        return with_value<2, 3, 4>(p.kernel_size,
+                                   [&](auto k) { return launch_conv<S, A, W, decltype(k)::value>(p, stream); });
+      };
+      return p.weight_dtype == RSSM_DTYPE_FP32 ? launch(TypeTag<float>{}) : launch(TypeTag<A>{});
+    });
+  });
 }
 
 static int64_t dtype_bytes(int dtype) { return dtype == RSSM_DTYPE_FP32 ? 4 : 2; }
@@ -94,9 +73,7 @@ static rssm_status validate(const rssm_conv1d_params& p) {
   if (!p.slot_idx && p.batch > p.num_slots)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
                 p.num_slots);
-  if (!dtype_supported(p.state_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "state_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.state_dtype);
+  if (const rssm_status bad = check_dtype("state_dtype", p.state_dtype)) return bad;
   const bool commit = p.mode == RSSM_CONV1D_COMMIT;
   const int64_t width = p.kernel_size - 1 + (p.mode == RSSM_CONV1D_UPDATE ? 0 : p.num_tokens);
   rssm_status st = check_pointer(p.state, "state", p.state_dtype);
@@ -113,9 +90,7 @@ static rssm_status validate(const rssm_conv1d_params& p) {
     if (!p.accepted) return fail(RSSM_ERR_INVALID_ARGUMENT, "accepted is NULL (required by commit mode)");
     return RSSM_OK;
   }
-  if (!dtype_supported(p.act_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "act_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.act_dtype);
+  if (const rssm_status bad = check_dtype("act_dtype", p.act_dtype)) return bad;
   if (p.weight_dtype != RSSM_DTYPE_FP32 && p.weight_dtype != p.act_dtype)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "weight_dtype=%d is not supported (supported: fp32 or act_dtype=%d)",
                 p.weight_dtype, p.act_dtype);
@@ -140,23 +115,5 @@ static rssm_status validate(const rssm_conv1d_params& p) {
 }  // namespace conv1d
 }  // namespace replayssm
 
-using namespace replayssm;
-
-extern "C" size_t rssm_conv1d_params_size(void) { return sizeof(rssm_conv1d_params); }
-
-extern "C" rssm_status rssm_conv1d_validate(const rssm_conv1d_params* params, size_t params_size) {
-  clear_error();
-  if (!params) return fail(RSSM_ERR_INVALID_ARGUMENT, "params is NULL");
-  if (params_size != sizeof(rssm_conv1d_params))
-    return fail(RSSM_ERR_ABI_MISMATCH, "params size %zu differs from the library's %zu", params_size,
-                sizeof(rssm_conv1d_params));
-  return conv1d::validate(*params);
-}
-
-extern "C" rssm_status rssm_conv1d(const rssm_conv1d_params* params, size_t params_size, void* stream) {
-  const rssm_status st = rssm_conv1d_validate(params, params_size);
-  if (st != RSSM_OK) return st;
-  const cudaError_t err = conv1d::dispatch(*params, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return fail(RSSM_ERR_CUDA, "conv1d launch failed: %s", cudaGetErrorString(err));
-  return RSSM_OK;
-}
+RSSM_DEFINE_ENTRY_POINTS(rssm_conv1d, rssm_conv1d_params, replayssm::conv1d::validate,
+                         replayssm::conv1d::dispatch, "conv1d")

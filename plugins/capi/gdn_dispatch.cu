@@ -1,6 +1,6 @@
 // The one dispatch point of the Gated DeltaNet decode family: validation of runtime values against the closed
 // lists below, then the jump to the specialisation compiled in gdn_decode_<state dtype>.cu.
-#include "error.h"
+#include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/gdn/decode.cuh"
 
@@ -18,53 +18,25 @@ RSSM_DECLARE_ACT(float)
 RSSM_DECLARE_ACT(__half)
 RSSM_DECLARE_ACT(__nv_bfloat16)
 
-template <typename S, typename A>
-static cudaError_t dispatch_k(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  switch (p.head_k_dim) {
-    case 64: return launch_decode<S, A, 64>(p, stream);
-    case 128: return launch_decode<S, A, 128>(p, stream);
-    default: return launch_decode<S, A, 256>(p, stream);
-  }
-}
-
-template <typename S>
-static cudaError_t dispatch_act(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  switch (p.act_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_k<S, float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_k<S, __half>(p, stream);
-    default: return dispatch_k<S, __nv_bfloat16>(p, stream);
-  }
-}
-
 static cudaError_t dispatch(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  switch (p.state_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_act<float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_act<__half>(p, stream);
-    default: return dispatch_act<__nv_bfloat16>(p, stream);
-  }
+  return with_dtype(p.state_dtype, [&](auto state_tag) {
+    return with_dtype(p.act_dtype, [&](auto act_tag) {
+      using S = typename decltype(state_tag)::type;
+      using A = typename decltype(act_tag)::type;
+      return with_value<64, 128, 256>(p.head_k_dim, [&](auto k) { return launch_decode<S, A, decltype(k)::value>(p, stream); });
+    });
+  });
 }
-
-static bool supported_head_dim(int v) {
-  for (int d : kHeadDims)
-    if (d == v) return true;
-  return false;
-}
-
-static bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (p.mode != RSSM_GDN_CONVENTIONAL && p.mode != RSSM_GDN_REPLAY)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = conventional, 1 = replay)", p.mode);
-  if (!supported_head_dim(p.head_k_dim))
+  if (!in_list(p.head_k_dim, kHeadDims))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "head_k_dim=%d is not supported (supported: 64, 128, 256)", p.head_k_dim);
-  if (!supported_head_dim(p.head_v_dim))
+  if (!in_list(p.head_v_dim, kHeadDims))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "head_v_dim=%d is not supported (supported: 64, 128, 256)", p.head_v_dim);
-  if (!dtype_supported(p.state_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "state_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.state_dtype);
-  if (!dtype_supported(p.act_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "act_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.act_dtype);
+  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
+  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
   if (p.num_k_heads < 1 || p.num_k_heads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_k_heads=%d is out of range (1..65535)", p.num_k_heads);
   if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
@@ -125,23 +97,5 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
 }  // namespace gdn
 }  // namespace replayssm
 
-using namespace replayssm;
-
-extern "C" size_t rssm_gdn_decode_params_size(void) { return sizeof(rssm_gdn_decode_params); }
-
-extern "C" rssm_status rssm_gdn_decode_validate(const rssm_gdn_decode_params* params, size_t params_size) {
-  clear_error();
-  if (!params) return fail(RSSM_ERR_INVALID_ARGUMENT, "params is NULL");
-  if (params_size != sizeof(rssm_gdn_decode_params))
-    return fail(RSSM_ERR_ABI_MISMATCH, "params size %zu differs from the library's %zu", params_size,
-                sizeof(rssm_gdn_decode_params));
-  return gdn::validate(*params);
-}
-
-extern "C" rssm_status rssm_gdn_decode(const rssm_gdn_decode_params* params, size_t params_size, void* stream) {
-  const rssm_status st = rssm_gdn_decode_validate(params, params_size);
-  if (st != RSSM_OK) return st;
-  const cudaError_t err = gdn::dispatch(*params, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return fail(RSSM_ERR_CUDA, "gdn decode launch failed: %s", cudaGetErrorString(err));
-  return RSSM_OK;
-}
+RSSM_DEFINE_ENTRY_POINTS(rssm_gdn_decode, rssm_gdn_decode_params, replayssm::gdn::validate,
+                         replayssm::gdn::dispatch, "gdn decode")

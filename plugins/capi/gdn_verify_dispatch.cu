@@ -1,7 +1,7 @@
 // The one dispatch point of the Gated DeltaNet speculative verify family (ReplaySSM verify and the snapshot
 // path): validation of runtime values against the closed lists, then the jump to the specialisation compiled in
 // gdn_verify_<state dtype>.cu. The window T and the mode are dispatched inside launch_verify (gdn/verify.cuh).
-#include "error.h"
+#include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/gdn/verify.cuh"
 
@@ -23,54 +23,26 @@ RSSM_DECLARE_ACT(__nv_bfloat16)
 #undef RSSM_DECLARE_K
 #undef RSSM_DECLARE
 
-template <typename S, typename A>
-static cudaError_t verify_dispatch_k(const rssm_gdn_verify_params& p, cudaStream_t stream) {
-  switch (p.head_k_dim) {
-    case 64: return launch_verify<S, A, 64>(p, stream);
-    case 128: return launch_verify<S, A, 128>(p, stream);
-    default: return launch_verify<S, A, 256>(p, stream);
-  }
-}
-
-template <typename S>
-static cudaError_t verify_dispatch_act(const rssm_gdn_verify_params& p, cudaStream_t stream) {
-  switch (p.act_dtype) {
-    case RSSM_DTYPE_FP32: return verify_dispatch_k<S, float>(p, stream);
-    case RSSM_DTYPE_FP16: return verify_dispatch_k<S, __half>(p, stream);
-    default: return verify_dispatch_k<S, __nv_bfloat16>(p, stream);
-  }
-}
-
 static cudaError_t verify_dispatch(const rssm_gdn_verify_params& p, cudaStream_t stream) {
-  switch (p.state_dtype) {
-    case RSSM_DTYPE_FP32: return verify_dispatch_act<float>(p, stream);
-    case RSSM_DTYPE_FP16: return verify_dispatch_act<__half>(p, stream);
-    default: return verify_dispatch_act<__nv_bfloat16>(p, stream);
-  }
+  return with_dtype(p.state_dtype, [&](auto state_tag) {
+    return with_dtype(p.act_dtype, [&](auto act_tag) {
+      using S = typename decltype(state_tag)::type;
+      using A = typename decltype(act_tag)::type;
+      return with_value<64, 128, 256>(p.head_k_dim, [&](auto k) { return launch_verify<S, A, decltype(k)::value>(p, stream); });
+    });
+  });
 }
-
-static bool verify_head_dim(int v) {
-  for (int d : kVerifyHeadDims)
-    if (d == v) return true;
-  return false;
-}
-
-static bool verify_aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
   const bool replay = p.mode == RSSM_GDN_REPLAY;
   if (p.mode != RSSM_GDN_CONVENTIONAL && !replay)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = snapshot path, 1 = replay verify)", p.mode);
-  if (!verify_head_dim(p.head_k_dim))
+  if (!in_list(p.head_k_dim, kVerifyHeadDims))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "head_k_dim=%d is not supported (supported: 64, 128, 256)", p.head_k_dim);
-  if (!verify_head_dim(p.head_v_dim))
+  if (!in_list(p.head_v_dim, kVerifyHeadDims))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "head_v_dim=%d is not supported (supported: 64, 128, 256)", p.head_v_dim);
-  if (!dtype_supported(p.state_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "state_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.state_dtype);
-  if (!dtype_supported(p.act_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "act_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.act_dtype);
+  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
+  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
   if (p.num_k_heads < 1 || p.num_k_heads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_k_heads=%d is out of range (1..65535)", p.num_k_heads);
   if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
@@ -100,16 +72,16 @@ static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
                             {p.g, "g"},         {p.beta, "beta"}, {p.y, "y"}};
   for (const Named& r : required)
     if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
-  if (!verify_aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
+  if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   if (replay) {
     const Named ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
     for (const Named& r : ring) {
       if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay verify)", r.name);
-      if (!verify_aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
+      if (!aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
     }
   } else {
     if (!p.snapshots) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is NULL (required by the snapshot path)");
-    if (!verify_aligned16(p.snapshots)) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is not 16-byte aligned");
+    if (!aligned16(p.snapshots)) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is not 16-byte aligned");
   }
   // Rows of q, k and v start on 16 bytes: they are read with vector loads and 16-byte asynchronous copies.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
@@ -122,7 +94,7 @@ static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
                        {p.k, p.k_batch_stride, p.k_token_stride, p.k_head_stride, "k"},
                        {p.v, p.v_batch_stride, p.v_token_stride, p.v_head_stride, "v"}};
   for (const Rows& t : rows) {
-    if (!verify_aligned16(t.ptr) || (t.s0 * act_bytes) % 16 || (t.s1 * act_bytes) % 16 || (t.s2 * act_bytes) % 16)
+    if (!aligned16(t.ptr) || (t.s0 * act_bytes) % 16 || (t.s1 * act_bytes) % 16 || (t.s2 * act_bytes) % 16)
       return fail(RSSM_ERR_INVALID_ARGUMENT,
                   "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld, %lld elements of %lld bytes)",
                   t.name, t.ptr, static_cast<long long>(t.s0), static_cast<long long>(t.s1),
@@ -134,23 +106,5 @@ static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
 }  // namespace gdn
 }  // namespace replayssm
 
-using namespace replayssm;
-
-extern "C" size_t rssm_gdn_verify_params_size(void) { return sizeof(rssm_gdn_verify_params); }
-
-extern "C" rssm_status rssm_gdn_verify_validate(const rssm_gdn_verify_params* params, size_t params_size) {
-  clear_error();
-  if (!params) return fail(RSSM_ERR_INVALID_ARGUMENT, "params is NULL");
-  if (params_size != sizeof(rssm_gdn_verify_params))
-    return fail(RSSM_ERR_ABI_MISMATCH, "params size %zu differs from the library's %zu", params_size,
-                sizeof(rssm_gdn_verify_params));
-  return gdn::validate_verify(*params);
-}
-
-extern "C" rssm_status rssm_gdn_verify(const rssm_gdn_verify_params* params, size_t params_size, void* stream) {
-  const rssm_status st = rssm_gdn_verify_validate(params, params_size);
-  if (st != RSSM_OK) return st;
-  const cudaError_t err = gdn::verify_dispatch(*params, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return fail(RSSM_ERR_CUDA, "gdn verify launch failed: %s", cudaGetErrorString(err));
-  return RSSM_OK;
-}
+RSSM_DEFINE_ENTRY_POINTS(rssm_gdn_verify, rssm_gdn_verify_params, replayssm::gdn::validate_verify,
+                         replayssm::gdn::verify_dispatch, "gdn verify")

@@ -1,9 +1,6 @@
 // The one dispatch point of the Mamba-2 decode family: validation of runtime values against the closed lists
 // below, then the jump to the specialisation compiled in mamba2_decode_<state dtype>.cu.
-#include <cstdio>
-#include <string>
-
-#include "error.h"
+#include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/mamba2/decode.cuh"
 
@@ -22,40 +19,15 @@ RSSM_DECLARE_ACT(float)
 RSSM_DECLARE_ACT(__half)
 RSSM_DECLARE_ACT(__nv_bfloat16)
 
-template <typename S, typename A>
-static cudaError_t dispatch_n(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
-  switch (p.dstate) {
-    case 64: return launch_decode<S, A, 64>(p, stream);
-    case 128: return launch_decode<S, A, 128>(p, stream);
-    default: return launch_decode<S, A, 256>(p, stream);
-  }
-}
-
-template <typename S>
-static cudaError_t dispatch_act(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
-  switch (p.act_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_n<S, float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_n<S, __half>(p, stream);
-    default: return dispatch_n<S, __nv_bfloat16>(p, stream);
-  }
-}
-
 static cudaError_t dispatch(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
-  switch (p.state_dtype) {
-    case RSSM_DTYPE_FP32: return dispatch_act<float>(p, stream);
-    case RSSM_DTYPE_FP16: return dispatch_act<__half>(p, stream);
-    default: return dispatch_act<__nv_bfloat16>(p, stream);
-  }
+  return with_dtype(p.state_dtype, [&](auto state_tag) {
+    return with_dtype(p.act_dtype, [&](auto act_tag) {
+      using S = typename decltype(state_tag)::type;
+      using A = typename decltype(act_tag)::type;
+      return with_value<64, 128, 256>(p.dstate, [&](auto n) { return launch_decode<S, A, decltype(n)::value>(p, stream); });
+    });
+  });
 }
-
-template <size_t K>
-static bool in_list(int v, const int (&list)[K]) {
-  for (int x : list)
-    if (x == v) return true;
-  return false;
-}
-
-static bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 static rssm_status validate(const rssm_mamba2_decode_params& p) {
   if (p.mode != RSSM_MAMBA2_CONVENTIONAL && p.mode != RSSM_MAMBA2_REPLAY)
@@ -64,12 +36,8 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
     return fail(RSSM_ERR_INVALID_ARGUMENT, "head_dim=%d is not supported (supported: 64, 80, 128)", p.head_dim);
   if (!in_list(p.dstate, kDstates))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "dstate=%d is not supported (supported: 64, 128, 256)", p.dstate);
-  if (!dtype_supported(p.state_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "state_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.state_dtype);
-  if (!dtype_supported(p.act_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "act_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.act_dtype);
+  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
+  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
   if (p.nheads < 1 || p.nheads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
   if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
@@ -134,24 +102,5 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
 }  // namespace mamba2
 }  // namespace replayssm
 
-using namespace replayssm;
-
-extern "C" size_t rssm_mamba2_decode_params_size(void) { return sizeof(rssm_mamba2_decode_params); }
-
-extern "C" rssm_status rssm_mamba2_decode_validate(const rssm_mamba2_decode_params* params, size_t params_size) {
-  clear_error();
-  if (!params) return fail(RSSM_ERR_INVALID_ARGUMENT, "params is NULL");
-  if (params_size != sizeof(rssm_mamba2_decode_params))
-    return fail(RSSM_ERR_ABI_MISMATCH, "params size %zu differs from the library's %zu", params_size,
-                sizeof(rssm_mamba2_decode_params));
-  return mamba2::validate(*params);
-}
-
-extern "C" rssm_status rssm_mamba2_decode(const rssm_mamba2_decode_params* params, size_t params_size,
-                                         void* stream) {
-  const rssm_status st = rssm_mamba2_decode_validate(params, params_size);
-  if (st != RSSM_OK) return st;
-  const cudaError_t err = mamba2::dispatch(*params, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return fail(RSSM_ERR_CUDA, "mamba2 decode launch failed: %s", cudaGetErrorString(err));
-  return RSSM_OK;
-}
+RSSM_DEFINE_ENTRY_POINTS(rssm_mamba2_decode, rssm_mamba2_decode_params, replayssm::mamba2::validate,
+                         replayssm::mamba2::dispatch, "mamba2 decode")

@@ -1,7 +1,7 @@
 // The one dispatch point of the Mamba-2 speculative verify family (ReplaySSM verify and the snapshot path):
 // validation of runtime values against the closed lists, then the jump to the specialisation compiled in
 // mamba2_verify_<state dtype>.cu. The window T is dispatched inside launch_verify (mamba2/verify.cuh).
-#include "error.h"
+#include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/mamba2/verify.cuh"
 
@@ -24,55 +24,26 @@ RSSM_DECLARE_ACT(__nv_bfloat16)
 #undef RSSM_DECLARE_N
 #undef RSSM_DECLARE
 
-template <typename S, typename A>
-static cudaError_t verify_dispatch_n(const rssm_mamba2_verify_params& p, cudaStream_t stream) {
-  switch (p.dstate) {
-    case 64: return launch_verify<S, A, 64>(p, stream);
-    case 128: return launch_verify<S, A, 128>(p, stream);
-    default: return launch_verify<S, A, 256>(p, stream);
-  }
-}
-
-template <typename S>
-static cudaError_t verify_dispatch_act(const rssm_mamba2_verify_params& p, cudaStream_t stream) {
-  switch (p.act_dtype) {
-    case RSSM_DTYPE_FP32: return verify_dispatch_n<S, float>(p, stream);
-    case RSSM_DTYPE_FP16: return verify_dispatch_n<S, __half>(p, stream);
-    default: return verify_dispatch_n<S, __nv_bfloat16>(p, stream);
-  }
-}
-
 static cudaError_t verify_dispatch(const rssm_mamba2_verify_params& p, cudaStream_t stream) {
-  switch (p.state_dtype) {
-    case RSSM_DTYPE_FP32: return verify_dispatch_act<float>(p, stream);
-    case RSSM_DTYPE_FP16: return verify_dispatch_act<__half>(p, stream);
-    default: return verify_dispatch_act<__nv_bfloat16>(p, stream);
-  }
+  return with_dtype(p.state_dtype, [&](auto state_tag) {
+    return with_dtype(p.act_dtype, [&](auto act_tag) {
+      using S = typename decltype(state_tag)::type;
+      using A = typename decltype(act_tag)::type;
+      return with_value<64, 128, 256>(p.dstate, [&](auto n) { return launch_verify<S, A, decltype(n)::value>(p, stream); });
+    });
+  });
 }
-
-template <size_t K>
-static bool listed(int v, const int (&list)[K]) {
-  for (int x : list)
-    if (x == v) return true;
-  return false;
-}
-
-static bool is_aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 static rssm_status validate_verify(const rssm_mamba2_verify_params& p) {
   const bool replay = p.mode == RSSM_MAMBA2_REPLAY;
   if (p.mode != RSSM_MAMBA2_CONVENTIONAL && !replay)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = snapshot path, 1 = replay verify)", p.mode);
-  if (!listed(p.head_dim, kVerifyHeadDims))
+  if (!in_list(p.head_dim, kVerifyHeadDims))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "head_dim=%d is not supported (supported: 64, 80, 128)", p.head_dim);
-  if (!listed(p.dstate, kVerifyDstates))
+  if (!in_list(p.dstate, kVerifyDstates))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "dstate=%d is not supported (supported: 64, 128, 256)", p.dstate);
-  if (!dtype_supported(p.state_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "state_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.state_dtype);
-  if (!dtype_supported(p.act_dtype))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "act_dtype=%d is not supported (supported: fp32, fp16, bf16)",
-                p.act_dtype);
+  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
+  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
   if (p.nheads < 1 || p.nheads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
   if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
@@ -103,16 +74,16 @@ static rssm_status validate_verify(const rssm_mamba2_verify_params& p) {
                             {p.C, "C"},         {p.A, "A"}, {p.y, "y"}};
   for (const Named& r : required)
     if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
-  if (!is_aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
+  if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   if (replay) {
     const Named ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
     for (const Named& r : ring) {
       if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay verify)", r.name);
-      if (!is_aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
+      if (!aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
     }
   } else {
     if (!p.snapshots) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is NULL (required by the snapshot path)");
-    if (!is_aligned16(p.snapshots)) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is not 16-byte aligned");
+    if (!aligned16(p.snapshots)) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is not 16-byte aligned");
   }
   // Rows of x, z, B and C start on 16 bytes: they are copied with vector and bulk copies.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
@@ -127,7 +98,7 @@ static rssm_status validate_verify(const rssm_mamba2_verify_params& p) {
                        {p.C, p.C_batch_stride, p.C_token_stride, p.C_group_stride, "C"}};
   for (const Rows& t : rows) {
     if (!t.ptr) continue;
-    if (!is_aligned16(t.ptr) || (t.s0 * act_bytes) % 16 || (t.s1 * act_bytes) % 16 || (t.s2 * act_bytes) % 16)
+    if (!aligned16(t.ptr) || (t.s0 * act_bytes) % 16 || (t.s1 * act_bytes) % 16 || (t.s2 * act_bytes) % 16)
       return fail(RSSM_ERR_INVALID_ARGUMENT,
                   "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld, %lld elements of %lld bytes)",
                   t.name, t.ptr, static_cast<long long>(t.s0), static_cast<long long>(t.s1),
@@ -139,24 +110,5 @@ static rssm_status validate_verify(const rssm_mamba2_verify_params& p) {
 }  // namespace mamba2
 }  // namespace replayssm
 
-using namespace replayssm;
-
-extern "C" size_t rssm_mamba2_verify_params_size(void) { return sizeof(rssm_mamba2_verify_params); }
-
-extern "C" rssm_status rssm_mamba2_verify_validate(const rssm_mamba2_verify_params* params, size_t params_size) {
-  clear_error();
-  if (!params) return fail(RSSM_ERR_INVALID_ARGUMENT, "params is NULL");
-  if (params_size != sizeof(rssm_mamba2_verify_params))
-    return fail(RSSM_ERR_ABI_MISMATCH, "params size %zu differs from the library's %zu", params_size,
-                sizeof(rssm_mamba2_verify_params));
-  return mamba2::validate_verify(*params);
-}
-
-extern "C" rssm_status rssm_mamba2_verify(const rssm_mamba2_verify_params* params, size_t params_size,
-                                         void* stream) {
-  const rssm_status st = rssm_mamba2_verify_validate(params, params_size);
-  if (st != RSSM_OK) return st;
-  const cudaError_t err = mamba2::verify_dispatch(*params, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return fail(RSSM_ERR_CUDA, "mamba2 verify launch failed: %s", cudaGetErrorString(err));
-  return RSSM_OK;
-}
+RSSM_DEFINE_ENTRY_POINTS(rssm_mamba2_verify, rssm_mamba2_verify_params, replayssm::mamba2::validate_verify,
+                         replayssm::mamba2::verify_dispatch, "mamba2 verify")
