@@ -210,4 +210,25 @@ inline cudaError_t device_smem_per_sm(int& bytes) {
   return err;
 }
 
+// Launches a decode kernel of the unit pipeline (one block per (batch row, group, chunk of units); the kernel
+// takes (params, Shape, plan)): fewer units per block until two blocks fit on a multiprocessor (the per-block
+// inputs grow with the units), the shared-memory opt-in, the grid. `plan(shape)` gives the kernel's shared-memory
+// plan (a struct with `bytes`); `groups` is the number of groups (Mamba-2 B/C groups, GDN key heads);
+// `overhead` is block_smem_overhead(kernel), which callers query once per kernel.
+template <typename Kernel, typename Params, typename PlanFn>
+cudaError_t launch_unit_pipeline(Kernel kernel, int overhead, const Params& p, Shape shape, int groups, PlanFn plan,
+                                 cudaStream_t stream) {
+  int smem_per_sm = 0;
+  cudaError_t err = device_smem_per_sm(smem_per_sm);
+  if (err != cudaSuccess) return err;
+  while (shape.units > 1 && 2 * (plan(shape).bytes + overhead) > smem_per_sm) halve_units(shape);
+  const auto sp = plan(shape);
+  if (needs_smem_opt_in(sp.bytes, overhead)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
+    if (err != cudaSuccess) return err;
+  }
+  kernel<<<dim3(groups * shape.chunks, p.batch), shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
+  return cudaGetLastError();
+}
+
 }  // namespace replayssm

@@ -600,28 +600,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA>
 static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, K>;
-  int sms = 0, smem_per_sm = 0;
-  cudaError_t err = device_sms(sms);
-  if (err == cudaSuccess) err = device_smem_per_sm(smem_per_sm);
+  int sms = 0;
+  const cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
-  Shape shape = launch_shape(p.head_v_dim, Tl::RW, p.num_v_heads, p.num_k_heads, p.batch, sms);
   const int L = REPLAY ? p.buffer_len : 0;
   auto plan = [&](const Shape& s) {
     return smem_plan(L, K, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), sizeof(StateT), sizeof(ActT),
                      s.stages, KDA);
   };
-  // Fewer units per block until two blocks fit on a multiprocessor (the per-block inputs grow with units).
-  auto kernel = decode_kernel<StateT, ActT, K, REPLAY, KDA>;
+  const auto kernel = decode_kernel<StateT, ActT, K, REPLAY, KDA>;
   static const int overhead = block_smem_overhead(kernel);
-  while (shape.units > 1 && 2 * (plan(shape).bytes + overhead) > smem_per_sm) halve_units(shape);
-  const SmemPlan sp = plan(shape);
-  if (needs_smem_opt_in(sp.bytes, overhead)) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
-    if (err != cudaSuccess) return err;
-  }
-  const dim3 grid(p.num_k_heads * shape.chunks, p.batch);
-  kernel<<<grid, shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
-  return cudaGetLastError();
+  return launch_unit_pipeline(
+      kernel, overhead, p,
+      launch_shape(p.head_v_dim, Tl::RW, p.num_v_heads, p.num_k_heads, p.batch, sms), p.num_k_heads,
+      plan,
+      stream);
 }
 
 // Host launch for one (state dtype, activation dtype, head_k_dim) specialisation; params already validated.

@@ -656,11 +656,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
 static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, N>;
-  int sms = 0, smem_per_sm = 0;
-  cudaError_t err = device_sms(sms);
-  if (err == cudaSuccess) err = device_smem_per_sm(smem_per_sm);
+  int sms = 0;
+  const cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
-  Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, p.batch, sms);
   const int L = REPLAY ? p.buffer_len : 0;
   constexpr bool kNvfp4 = std::is_same_v<CopyT, nvfp4x2>;
   auto plan = [&](const Shape& s) {
@@ -671,18 +669,13 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
     return smem_plan(L, N, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), tile_bytes, sizeof(ActT),
                      s.stages, unit_scales);
   };
-  // Fewer units per block until two blocks fit on a multiprocessor (the per-block inputs grow with units).
-  auto kernel = decode_kernel<StateT, ActT, N, REPLAY, CopyT>;
+  const auto kernel = decode_kernel<StateT, ActT, N, REPLAY, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
-  while (shape.units > 1 && 2 * (plan(shape).bytes + overhead) > smem_per_sm) halve_units(shape);
-  const SmemPlan sp = plan(shape);
-  if (needs_smem_opt_in(sp.bytes, overhead)) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
-    if (err != cudaSuccess) return err;
-  }
-  const dim3 grid(p.ngroups * shape.chunks, p.batch);
-  kernel<<<grid, shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
-  return cudaGetLastError();
+  return launch_unit_pipeline(
+      kernel, overhead, p, launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, p.batch, sms),
+      p.ngroups,
+      plan,
+      stream);
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
