@@ -241,7 +241,7 @@ def bench_replay(shape, batch, slot_sets, Ls, split_L, launches, entry, row, ker
             row[f"allflush_L{L}_us"] = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill_us
             if kernels is not None and "ours_replay" not in kernels:
                 kernels["ours_replay"] = kernels_per_step(step)
-        del pool, step  # the step holds the pool
+        pool = step = None  # frees the pool (the step closure holds it)
         torch.cuda.empty_cache()
 
 

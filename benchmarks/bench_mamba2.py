@@ -110,7 +110,7 @@ def bench_point(shape_name, shape, batch, Ls, mod, sweep, launches):
         us = time_graph_us(triton_step(mod, state, x, dt, A, B, C, D, z, dt_bias, idx64, bm, nw), launches)
         best = min(best, (us, f"M{bm}/w{nw}"))
     row["mamba_ssm_best_us"], row["mamba_ssm_best_cfg"] = best
-    del state
+    state = None  # frees the state (the timed closures are done with it)
     torch.cuda.empty_cache()
 
     for L in Ls:
@@ -129,7 +129,7 @@ def bench_point(shape_name, shape, batch, Ls, mod, sweep, launches):
             fill_us = time_graph_us(lambda: hist.fill_(L // 2), launches)
             row["nonflush_L16_us"] = time_graph_us(lambda: (hist.fill_(L // 2), step()), launches) - fill_us
             row["allflush_L16_us"] = time_graph_us(lambda: (hist.fill_(L - 1), step()), launches) - fill_us
-        del pool
+        pool = None  # frees the pool
         torch.cuda.empty_cache()
     return row
 

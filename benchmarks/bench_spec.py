@@ -141,7 +141,7 @@ def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L
     row["verify_nonflush_us"] = time_graph_us(lambda: (hist_field.fill_(0), verify()), launches) - fill_us
     row["verify_allflush_us"] = time_graph_us(lambda: (hist_field.fill_(L - T), verify()), launches) - fill_us
     pool.cursor.copy_(cursor_start)
-    del pool
+    pool = None  # frees the pool (the timed closures are done with it)
     torch.cuda.empty_cache()
 
     state = torch.randn(num_slots, H, P, N, device=dev)
@@ -151,7 +151,7 @@ def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L
     row["snapshot_verify_us"] = time_graph_us(snap_verify, launches)
     row["snapshot_us"] = time_graph_us(
         lambda: (snap_verify(), snapshot_commit(state, snaps, next_accepted(), slot_idx=idx)), launches)
-    del state, snaps
+    state = snaps = None  # frees the snapshot buffers
     torch.cuda.empty_cache()
     return row
 
@@ -234,7 +234,7 @@ def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int,
     row["verify_nonflush_us"] = time_graph_us(lambda: (hist_field.fill_(0), verify()), launches) - fill_us
     row["verify_allflush_us"] = time_graph_us(lambda: (hist_field.fill_(L - T), verify()), launches) - fill_us
     pool.cursor.copy_(cursor_start)
-    del pool
+    pool = None  # frees the pool (the timed closures are done with it)
     torch.cuda.empty_cache()
 
     state = torch.randn(num_slots, HV, V, K, device=dev)
@@ -243,7 +243,7 @@ def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int,
     row["snapshot_verify_us"] = time_graph_us(snap_verify, launches)
     row["snapshot_us"] = time_graph_us(
         lambda: (snap_verify(), snapshot_commit(state, snaps, next_accepted(), slot_idx=idx)), launches)
-    del state, snaps
+    state = snaps = None  # frees the snapshot buffers
     torch.cuda.empty_cache()
     return row
 

@@ -53,3 +53,37 @@ def run_spec(pool, T, steps, make_inputs, verify, snapshot_verify, truth_step, t
         commit_reference(pool, commit, slot_idx=slots)
         snapshot_commit_reference(snap_state, snapshots, accepted, slot_idx=slots)
     return worst[0]
+
+
+def worst_against_truth(pool, truth, T, steps, make_inputs, verify, snapshot_verify, truth_step, device,
+                        wrong_commit=False, batch=6):
+    """The ops (kernels on CUDA) against the fp64 sequential truth, with the snapshot path run beside them from
+    the same committed states: random accepted counts each step, both paths committed by their ops.
+    make_inputs(batch) -> [batch, T, ...] tensors; verify(pool, inputs, slot_idx) and
+    snapshot_verify(state, snapshots, inputs, slot_idx) -> y; truth_step(state64, rows, b, i) -> (y64, state64)
+    with rows the inputs in fp64 on the CPU. Returns the worst errors: replay and snapshot against the truth, and
+    replay against snapshot. wrong_commit: the replay pool commits one token too many where a < T."""
+    from mamba2_cases import slot_map
+    from trtllm_replayssm.ops.slots import snapshot_commit, spec_commit
+
+    snap_state = truth.float().to(device)
+    snapshots = torch.empty(pool.num_slots, T, *snap_state.shape[1:], device=device)
+    worst = {"replay": 0.0, "snapshot": 0.0, "paths": 0.0}
+    for _ in range(steps):
+        slots = slot_map(batch, pool.num_slots, n_pad=1, device=device)
+        inputs = make_inputs(batch)
+        y = verify(pool, inputs, slots).cpu()
+        y_snap = snapshot_verify(snap_state, snapshots, inputs, slots).cpu()
+        accepted = torch.randint(1, T + 1, (batch,), dtype=torch.int32)
+        rows = [t.double().cpu() for t in inputs]
+
+        def on_output(b, i, y_true):
+            worst["replay"] = max(worst["replay"], rel_err(y[b, i], y_true))
+            worst["snapshot"] = max(worst["snapshot"], rel_err(y_snap[b, i], y_true))
+            worst["paths"] = max(worst["paths"], rel_err(y[b, i], y_snap[b, i]))
+
+        advance_truth(truth, slots.cpu(), accepted, T, lambda st, b, i: truth_step(st, rows, b, i), on_output)
+        commit = torch.where(accepted < T, accepted + 1, accepted) if wrong_commit else accepted
+        spec_commit(pool, commit.to(device), slot_idx=slots, window=T)
+        snapshot_commit(snap_state, snapshots, accepted.to(device), slot_idx=slots)
+    return worst

@@ -10,8 +10,7 @@ from test_validation import PARAMS_H, _header_fields
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import CONV1D_KERNEL_SIZES, CONV1D_MAX_TOKENS, DTYPE_CODES
 from trtllm_replayssm.ops import conv1d_kernels as kernels
-from trtllm_replayssm.ops.conv1d import (conv1d_commit, conv1d_commit_reference, conv1d_step, conv1d_update,
-                                         conv1d_verify)
+from trtllm_replayssm.ops.conv1d import conv1d_commit, conv1d_step, conv1d_update, conv1d_verify
 
 BF16 = torch.bfloat16
 

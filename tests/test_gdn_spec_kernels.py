@@ -25,7 +25,7 @@ from gdn_cases import fold_ring, gate_params
 from gdn_spec_cases import raw_window_inputs, spec_pool, window_inputs
 from mamba2_cases import rel_err, slot_map
 from mamba2_spec_cases import bits
-from spec_harness import advance_truth
+from spec_harness import worst_against_truth
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import replay_verify, snapshot_verify
@@ -131,30 +131,11 @@ def _run_against_recurrence(T, L, steps=STEPS, wrong_commit=False):
     shape = GdnLayerShape(2, 8, 128, 128)
     pool = spec_pool(shape, 8, ReplayConfig(L, F32, F32), T, DEV)
     truth = fold_ring(pool)  # fp64 [slots, HV, V, K] on the CPU: the state each slot's history has reached
-    snap_state = truth.float().to(DEV)
-    snapshots = torch.empty(8, T, *snap_state.shape[1:], device=DEV)
-    worst = {"replay": 0.0, "snapshot": 0.0, "paths": 0.0}
-    for _ in range(steps):
-        slots = slot_map(6, 8, n_pad=1, device=DEV)
-        inputs = window_inputs(shape, 6, T, F32, DEV)
-        y = replay_verify(pool, *inputs, slot_idx=slots, **PREPARED).cpu()
-        y_snap = snapshot_verify(snap_state, snapshots, *inputs, slot_idx=slots, **PREPARED).cpu()
-        accepted = torch.randint(1, T + 1, (6,), dtype=torch.int32)
-        rows = [t.double().cpu() for t in inputs]
-
-        def truth_step(st, b, i):
-            return gdn_step(st, *(t[b:b + 1, i] for t in rows))
-
-        def on_output(b, i, y_true):
-            worst["replay"] = max(worst["replay"], rel_err(y[b, i], y_true))
-            worst["snapshot"] = max(worst["snapshot"], rel_err(y_snap[b, i], y_true))
-            worst["paths"] = max(worst["paths"], rel_err(y[b, i], y_snap[b, i]))
-
-        advance_truth(truth, slots.cpu(), accepted, T, truth_step, on_output)
-        commit = torch.where(accepted < T, accepted + 1, accepted) if wrong_commit else accepted
-        spec_commit(pool, commit.to(DEV), slot_idx=slots, window=T)
-        snapshot_commit(snap_state, snapshots, accepted.to(DEV), slot_idx=slots)
-    return worst
+    return worst_against_truth(
+        pool, truth, T, steps, lambda b: window_inputs(shape, b, T, F32, DEV),
+        lambda p, inputs, slots: replay_verify(p, *inputs, slot_idx=slots, **PREPARED),
+        lambda st, snaps, inputs, slots: snapshot_verify(st, snaps, *inputs, slot_idx=slots, **PREPARED),
+        lambda st, rows, b, i: gdn_step(st, *(t[b:b + 1, i] for t in rows)), DEV, wrong_commit)
 
 
 @pytest.mark.parametrize("T, L", [(2, 4), (4, 12), (8, 24), (8, 64)])

@@ -16,7 +16,7 @@ from conftest import poisoned
 from mamba2_cases import layer_params, rel_err, slot_map
 from mamba2_spec_cases import bits, spec_pool, window_inputs
 from oracle import fold_ring
-from spec_harness import advance_truth
+from spec_harness import worst_against_truth
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import replay_verify, snapshot_verify
@@ -114,33 +114,18 @@ def _run_against_recurrence(T, L, steps=STEPS, wrong_commit=False):
     pool = spec_pool(shape, 8, ReplayConfig(L, F32, F32), T, DEV)
     A, D, dt_bias = layer_params(shape, DEV)
     truth = fold_ring(pool, A)  # fp64 [slots, H, P, N] on the CPU: the state each slot's history has reached
-    snap_state = truth.float().to(DEV)
-    snapshots = torch.empty(8, T, *snap_state.shape[1:], device=DEV)
     A64, D64, bias64 = A.double().cpu(), D.double().cpu(), dt_bias.double().cpu()
-    worst = {"replay": 0.0, "snapshot": 0.0, "paths": 0.0}
-    for _ in range(steps):
-        slots = slot_map(6, 8, n_pad=1, device=DEV)
-        inputs = window_inputs(shape, 6, T, F32, DEV)
-        y = replay_verify(pool, *inputs[:4], A, D=D, z=inputs[4], dt_bias=dt_bias, slot_idx=slots).cpu()
-        y_snap = snapshot_verify(snap_state, snapshots, *inputs[:4], A, D=D, z=inputs[4], dt_bias=dt_bias,
-                                 slot_idx=slots).cpu()
-        accepted = torch.randint(1, T + 1, (6,), dtype=torch.int32)
-        rows = [t.double().cpu() for t in inputs]
 
-        def truth_step(st, b, i):
-            x, dt, B, C, z = (t[b:b + 1, i] for t in rows)
-            return mamba2_step(st, x, dt, A64, B, C, D64, z, bias64)
+    def truth_step(st, rows, b, i):
+        x, dt, B, C, z = (t[b:b + 1, i] for t in rows)
+        return mamba2_step(st, x, dt, A64, B, C, D64, z, bias64)
 
-        def on_output(b, i, y_true):
-            worst["replay"] = max(worst["replay"], rel_err(y[b, i], y_true))
-            worst["snapshot"] = max(worst["snapshot"], rel_err(y_snap[b, i], y_true))
-            worst["paths"] = max(worst["paths"], rel_err(y[b, i], y_snap[b, i]))
-
-        advance_truth(truth, slots.cpu(), accepted, T, truth_step, on_output)
-        commit = torch.where(accepted < T, accepted + 1, accepted) if wrong_commit else accepted
-        spec_commit(pool, commit.to(DEV), slot_idx=slots, window=T)
-        snapshot_commit(snap_state, snapshots, accepted.to(DEV), slot_idx=slots)
-    return worst
+    return worst_against_truth(
+        pool, truth, T, steps, lambda b: window_inputs(shape, b, T, F32, DEV),
+        lambda p, inp, slots: replay_verify(p, *inp[:4], A, D=D, z=inp[4], dt_bias=dt_bias, slot_idx=slots),
+        lambda st, snaps, inp, slots: snapshot_verify(st, snaps, *inp[:4], A, D=D, z=inp[4], dt_bias=dt_bias,
+                                                      slot_idx=slots),
+        truth_step, DEV, wrong_commit)
 
 
 @pytest.mark.parametrize("T, L", [(2, 4), (4, 12), (8, 24), (8, 64)])
