@@ -3,14 +3,17 @@ stochastic rounding applied when a flush stores a non-fp32 checkpoint. The speci
 quantisers (the Mamba-2 decode flush writes fp16 / bf16 / fp8 / nvfp4 copies exactly as below).
 
 Formats (x: [..., R, n], quantised along the last dimension):
-    fp8 e4m3, per-row scale  : s = amax(|row|) / 448 ;  q = e4m3(x / s)
-    nvfp4                    : per group of NVFP4_ROWS = 4 rows an fp32 scale t = amax(|group|) / (448 * 6);
-                               per block of 16 a scale b = e4m3(amax(|block|) / 6 / t);
+    fp8 e4m3, per-row scale  : s = amax(|row|) * (1/448) ;  q = e4m3(x / s)
+    nvfp4                    : per group of NVFP4_ROWS = 4 rows an fp32 scale t = amax(|group|) * (1/2688);
+                               per block of 16 a scale b = e4m3(amax(|block|) * (1/6) / t);
                                q = e2m1(x / (b t)) (0 where b t = 0), e2m1 values {0, 0.5, 1, 1.5, 2, 3, 4, 6}
                                with sign, round to nearest even (ties to the even code), saturating at 6;
                                two codes per byte (low nibble first). Scales clamp to the smallest normal fp32.
-    Every division above is one IEEE fp32 division in the order written, and b t is one fp32 product, so a
-    kernel that quantises fp32 values with the same operations writes the same bits.
+    (1/c) is the constant's reciprocal rounded to fp32, and a product with it is one fp32 product: PyTorch's
+    CUDA division by a Python scalar is exactly that product while its CPU division is a true division, so the
+    specification is written with products to give the same bits on every device. Every other division is
+    one IEEE fp32 division between tensors, and b t is one fp32 product, so a kernel that quantises fp32
+    values with the same operations in the order written writes the same bits.
 
 Why the nvfp4 second-level scale is per group of 4 rows and not per tensor (or per slot): a copy is written
 by the flush of one decode step, in one pass, by blocks that each see part of a slot's state (a block owns
@@ -32,6 +35,10 @@ import torch
 
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
+# Reciprocals of the scale divisors, multiplied in fp32 (module docstring: why products, not divisions).
+INV_E4M3_MAX = 1.0 / E4M3_MAX
+INV_E2M1_MAX = 1.0 / E2M1_MAX
+INV_NVFP4_RANGE = 1.0 / (E4M3_MAX * E2M1_MAX)
 NVFP4_BLOCK = 16  # elements per e4m3 block scale
 NVFP4_ROWS = 4  # rows per fp32 group scale (module docstring: why 4)
 E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -41,7 +48,7 @@ _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float8_e
 def quantize_fp8_rows(x: torch.Tensor):
     """(codes float8_e4m3fn [..., n], scale fp32 [...]) with one scale per row."""
     x = x.float()
-    scale = (x.abs().amax(-1) / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+    scale = (x.abs().amax(-1) * INV_E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
     return (x / scale[..., None]).to(torch.float8_e4m3fn), scale
 
 
@@ -72,10 +79,10 @@ def quantize_nvfp4(x: torch.Tensor):
     if R % NVFP4_ROWS:
         raise ValueError(f"nvfp4 needs the row count to be a multiple of {NVFP4_ROWS}, got {R}")
     groups = x.reshape(*lead, R // NVFP4_ROWS, NVFP4_ROWS * n)
-    t = (groups.abs().amax(-1) / (E4M3_MAX * E2M1_MAX)).clamp_min(torch.finfo(torch.float32).tiny)
+    t = (groups.abs().amax(-1) * INV_NVFP4_RANGE).clamp_min(torch.finfo(torch.float32).tiny)
     t_rows = t.repeat_interleave(NVFP4_ROWS, dim=-1)[..., None]  # [..., R, 1]
     blocks = x.reshape(*lead, R, n // NVFP4_BLOCK, NVFP4_BLOCK)
-    bscale = (blocks.abs().amax(-1) / E2M1_MAX / t_rows).to(torch.float8_e4m3fn)
+    bscale = (blocks.abs().amax(-1) * INV_E2M1_MAX / t_rows).to(torch.float8_e4m3fn)
     denom = (bscale.float() * t_rows)[..., None]
     scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), torch.zeros_like(blocks))
     codes = _e2m1_code(scaled).reshape(*lead, R, n)

@@ -34,7 +34,7 @@
 //     row: one copy tile, 1/L of the steps); later flush units stage nothing.
 //   - The flush stores the checkpoint (StateT, as without a copy) and the copy, quantised from the same fp32
 //     registers: fp16/bf16 round to nearest; fp8 takes the row's amax across the LPR lanes holding the row,
-//     scale = max(amax / 448, FLT_MIN), code = e4m3_satfinite(v / scale), as quant.quantize_fp8_rows.
+//     scale = max(amax * (1/448), FLT_MIN), code = e4m3_satfinite(v / scale), as quant.quantize_fp8_rows.
 //
 // nvfp4 read copy (CopyT = nvfp4x2; quant.py specifies the format): e2m1 codes two per byte
 // [slots, H, P, N/2], an e4m3 scale per 16 elements [slots, H, P, N/16] (read_block_scale) and an fp32 scale
@@ -46,7 +46,7 @@
 //     and before queueing the next copies into a stage (every lane done reading it).
 //   - Flush: the block amax across the 16 / VEC lanes holding a block (shuffles), the group amax across the
 //     whole warp (a warp's rows are whole groups of 4: RW is 4, 8 or 16 for every tiling), then
-//     t = max(amax / 2688, FLT_MIN), b = e4m3(amax_block / 6 / t), code = e2m1(v / (b t)) by comparisons
+//     t = max(amax * (1/2688), FLT_MIN), b = e4m3(amax_block * (1/6) / t), code = e2m1(v / (b t)) by comparisons
 //     (nearest, ties to even, saturating): the same fp32 operations in the same order as quant.quantize_nvfp4,
 //     so the copy of an fp32 checkpoint matches the reference bit for bit.
 //   - Non-flush read: codes widen to fp32 exactly in registers (e2m1x2_scaled), y_row = t_row * sum_blocks
@@ -118,8 +118,8 @@ inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile
 // Flush: stores a thread's fp32 state vectors s (Tiling Tl; instruction i covers row `i * RPI` past the
 // thread's first row) into the read copy at `dst` (the thread's first copy element) and, for fp8, the scales of
 // those rows at `scale_dst` (the thread's first row; written by the row's first lane). Same rounding as
-// trtllm_replayssm/quant.py: fp16/bf16 nearest even; fp8 scale = max(amax / 448, FLT_MIN) with the amax across
-// the row's LPR lanes, code = e4m3(v / scale) (IEEE division, saturating).
+// trtllm_replayssm/quant.py: fp16/bf16 nearest even; fp8 scale = max(amax * (1/448), FLT_MIN) (the reciprocal
+// rounded to fp32) with the amax across the row's LPR lanes, code = e4m3(v / scale) (IEEE division, saturating).
 template <typename CopyT, typename Tl>
 __device__ __forceinline__ void store_read_copy(float (&s)[Tl::KI][Tl::NV][Tl::VEC], CopyT* dst, float* scale_dst,
                                                 int col_lane) {
@@ -133,7 +133,7 @@ __device__ __forceinline__ void store_read_copy(float (&s)[Tl::KI][Tl::NV][Tl::V
       for (int v = 0; v < NV; ++v)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) amax = fmaxf(amax, fabsf(s[i][v][e]));
-      scale = fmaxf(group_max<LPR>(amax) / 448.f, FLT_MIN);
+      scale = fmaxf(group_max<LPR>(amax) * (1.f / 448.f), FLT_MIN);
       if (col_lane == 0) scale_dst[i * RPI] = scale;  // WRITES read_scale[slot, head, row]
     }
 #pragma unroll
@@ -198,14 +198,14 @@ __device__ __forceinline__ void store_read_copy_nvfp4(const float (&s)[Tl::KI][T
     for (int i = g * IPG; i < (g + 1) * IPG; ++i)
 #pragma unroll
       for (int v = 0; v < NV; ++v) a = fmaxf(a, amax[i][v]);
-    const float t = fmaxf(group_max<32>(a) / kNvfp4Range, FLT_MIN);
+    const float t = fmaxf(group_max<32>(a) * (1.f / kNvfp4Range), FLT_MIN);
     if (lane == 0) gscale[g] = t;  // WRITES read_scale[slot, head, group]
 #pragma unroll
     for (int i = g * IPG; i < (g + 1) * IPG; ++i)
 #pragma unroll
       for (int v = 0; v < NV; ++v) {
         const int off = i * RPI * N + v * LPR * VEC;  // the vector's first element, from the thread's first
-        const __nv_fp8_e4m3 b = from_float<__nv_fp8_e4m3>(group_max<BL>(amax[i][v]) / 6.f / t);
+        const __nv_fp8_e4m3 b = from_float<__nv_fp8_e4m3>(group_max<BL>(amax[i][v]) * (1.f / 6.f) / t);
         if (col_lane % BL == 0) bscale[off / kNvfp4Block] = b.__x;  // WRITES read_block_scale[slot, head, row, blk]
         const float d = to_float(b) * t;
         Packed<uint8_t, VEC / 2> out;
