@@ -57,14 +57,16 @@ def dequantize_fp8_rows(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tenso
 
 
 def _e2m1_code(v: torch.Tensor) -> torch.Tensor:
-    """Nearest e2m1 code (sign bit 3, magnitude index 0..7) of values already scaled into [-6, 6]; ties go to
-    the even magnitude index, as round-to-nearest-even does."""
-    mag = v.abs().clamp(max=E2M1_MAX)
-    d = (mag[..., None] - E2M1_VALUES.to(v.device)).abs()
-    best = d.min(-1, keepdim=True).values
-    tie_even = torch.where(d == best, torch.arange(8, device=v.device) % 2, 2)  # prefer even index on ties
-    idx = tie_even.argmin(-1)
-    return (idx | ((v < 0).to(idx.dtype) << 3)).to(torch.uint8)
+    """Nearest e2m1 code (sign bit 3, magnitude index 0..7) of values already scaled into [-6, 6], saturating at
+    6; ties go to the even magnitude index, as round-to-nearest-even does. Counted by comparisons against the
+    midpoints of E2M1_VALUES (strict where the lower neighbour is the even one): no per-value temporaries wider
+    than a byte, and the same comparisons as the kernel's e2m1_code. NaN gives 0."""
+    m = v.abs()
+    idx = torch.zeros(v.shape, dtype=torch.uint8, device=v.device)
+    for mid, lower_is_even in ((0.25, True), (0.75, False), (1.25, True), (1.75, False), (2.5, True),
+                               (3.5, False), (5.0, True)):
+        idx += (m > mid) if lower_is_even else (m >= mid)
+    return idx | ((v < 0).to(torch.uint8) << 3)
 
 
 def quantize_nvfp4(x: torch.Tensor):
