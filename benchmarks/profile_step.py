@@ -1,5 +1,6 @@
 """One conventional and one ReplaySSM (output-only route) decode step of the Super shape, for a profiler:
     ncu --clock-control none -k regex:decode_kernel python benchmarks/profile_step.py --batch 256
+--read-format fp16 / bf16 / fp8 / nvfp4: the ReplaySSM step reads a copy in that format (fp32 checkpoint).
 """
 
 import argparse
@@ -10,6 +11,7 @@ import torch
 from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.pool import Mamba2StatePool
+from trtllm_replayssm.quant import quantize_state
 
 
 def main():
@@ -17,13 +19,18 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--history", type=int, default=8)
+    ap.add_argument("--read-format", default="none")
     args = ap.parse_args()
     shape = Mamba2LayerShape(128, 64, 128, 8)
     dev = torch.device("cuda")
     b, H, P, N, G = args.batch, 128, 64, 128, 8
     slots = 2 * b
-    pool = Mamba2StatePool(shape, slots, ReplayConfig(args.L, torch.float32, torch.bfloat16), device=dev)
+    pool = Mamba2StatePool(shape, slots, ReplayConfig(args.L, torch.float32, torch.bfloat16, args.read_format),
+                           device=dev)
     pool.checkpoint.normal_()
+    if args.read_format != "none":
+        for name, part in quantize_state(pool.checkpoint, args.read_format).items():
+            pool.buffers[name].copy_(part)
     pool.ring_x.normal_()
     pool.ring_B.normal_()
     pool.ring_dt.uniform_(0.01, 0.3)
