@@ -1,5 +1,8 @@
 """Shared fixtures: seeds, the gpu marker (skipped with a reason where no CUDA device or kernel library is
-present), and poisoned allocations."""
+present), poisoned allocations, and sharding: RSSM_TEST_SHARD=i/n keeps every n-th collected test from the
+i-th (0-based), so n processes can split one run by test rather than by file (benchmarks/device_check.sh)."""
+
+import os
 
 import pytest
 import torch
@@ -15,7 +18,23 @@ def _gpu_skip_reason():
     return None
 
 
+def _shard():
+    spec = os.environ.get("RSSM_TEST_SHARD")
+    if not spec:
+        return None
+    try:
+        i, n = (int(v) for v in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"RSSM_TEST_SHARD={spec!r}: expected i/n, e.g. 0/8") from None
+    if not 0 <= i < n:
+        raise pytest.UsageError(f"RSSM_TEST_SHARD={spec!r}: need 0 <= i < n")
+    return i, n
+
+
 def pytest_collection_modifyitems(config, items):
+    shard = _shard()
+    if shard is not None:
+        items[:] = items[shard[0]::shard[1]]
     reason = _gpu_skip_reason()
     if reason is None:
         return
