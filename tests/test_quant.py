@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trtllm_replayssm.quant import (E2M1_VALUES, _e2m1_code, counter_uniform, dequantize_fp8_rows, dequantize_nvfp4,
-                                    quantize_fp8_rows, quantize_nvfp4, stochastic_round)
+                                    quantize_fp8_rows, quantize_nvfp4, quantize_state, stochastic_round)
 
 
 def test_fp8_rows_round_trip_bound():
@@ -107,3 +107,22 @@ def test_stochastic_rounding_keeps_representable_values():
     assert torch.equal(stochastic_round(x, torch.float8_e4m3fn, 1, 0, 0).float(), x)
     with pytest.raises(ValueError, match="not supported"):
         stochastic_round(x, torch.float32, 1, 0, 0)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
+def test_quantisers_give_the_same_bits_on_cpu_and_gpu(fmt):
+    """The kernels' read copies are checked bit for bit against quantize_state run on the GPU, so the
+    specification must not depend on the device. PyTorch's CUDA division by a Python scalar is a product with
+    the fp32 reciprocal while its CPU division is a true division (the two differ on ~1 row in 5 here); the
+    quantisers multiply by fp32 reciprocals, which both devices compute alike."""
+    x = torch.randn(64, 8, 64, 128) * torch.logspace(-4, 4, 64)[:, None, None, None]
+    on_cpu = quantize_state(x, fmt)
+    on_gpu = quantize_state(x.cuda(), fmt)
+    assert on_cpu.keys() == on_gpu.keys()
+    for name, part in on_cpu.items():
+        assert torch.equal(_bits(part), _bits(on_gpu[name].cpu())), name
