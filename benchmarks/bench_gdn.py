@@ -46,14 +46,16 @@ DEFAULT_WHEEL = Path(".cache/wheels/fla_core-0.6.0-py3-none-any.whl")
 FLA_MODULE = "fla.ops.gated_delta_rule.fused_recurrent"
 
 
-def load_fla_fused_recurrent(wheel: Path):
-    """Imports fla/ops/gated_delta_rule/fused_recurrent.py from the wheel without installing it.
+def load_fla_module(wheel: Path, module: str):
+    """Imports one module of fla-core (e.g. fla/ops/gated_delta_rule/fused_recurrent.py) from the wheel without
+    installing it.
 
-    The wheel is extracted into a temporary folder. The packages fla, fla.ops, fla.ops.utils and
-    fla.ops.gated_delta_rule are stand-in modules whose __path__ points into that folder, so their __init__ files
-    (which import every op, its layers and models, and einops) never run; the modules the kernel file imports
-    (fla.utils, fla.ops.utils.op, fla.ops.utils.softplus) load from the folder as usual. fla.utils touches the GPU
-    when it is imported, so call this after CUDA is available. Returns (module, fla version).
+    The wheel is extracted into a temporary folder. The packages above the module (fla, fla.ops, ...) and
+    fla.ops.utils are stand-in modules whose __path__ points into that folder, so their __init__ files (which
+    import every op, its layers and models, and einops) never run; the modules the kernel file imports
+    (fla.utils, fla.ops.utils.op, fla.ops.utils.softplus, fla.backends, ...) load from the folder as usual.
+    fla.utils touches the GPU when it is imported, so call this after CUDA is available. Returns (module, fla
+    version).
     """
     if any(name == "fla" or name.startswith("fla.") for name in sys.modules):
         raise RuntimeError("a module named fla is already imported; run this benchmark in a fresh interpreter")
@@ -62,12 +64,19 @@ def load_fla_fused_recurrent(wheel: Path):
         zf.extractall(root)
     meta = next(root.glob("fla_core-*.dist-info/METADATA")).read_text()
     version = next(line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Version:"))
-    for name in ("fla", "fla.ops", "fla.ops.utils", "fla.ops.gated_delta_rule"):
+    parts = module.split(".")
+    packages = {".".join(parts[:i]) for i in range(1, len(parts))} | {"fla.ops.utils"}
+    for name in sorted(packages):
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(root.joinpath(*name.split(".")))]
         sys.modules[name] = pkg
     sys.modules["fla"].__version__ = version  # fla.utils.decorators reads it
-    return importlib.import_module(FLA_MODULE), version
+    return importlib.import_module(module), version
+
+
+def load_fla_fused_recurrent(wheel: Path):
+    """fla-core's GDN decode module (load_fla_module)."""
+    return load_fla_module(wheel, FLA_MODULE)
 
 
 def fla_public_step(fr, windows, q4, k4, v4, g3, b3):
