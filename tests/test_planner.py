@@ -93,3 +93,19 @@ def test_replay_spec_ratio_bound_by_hand():
     assert replay_spec_ratio_bound(model, s) == pytest.approx(conv_spec / (states + replay["conv"] + replay["kv"]))
     assert replay_spec_ratio_bound(model, s) > conv_spec / replay["total"]
     assert replay_spec_ratio_bound(model, s) < 3.0  # the KV cache of 12 attention layers dominates at 8K
+
+
+def test_plan_cli_prints_requests_by_spec_ring_length(capsys):
+    """The trade-off line: one entry per speculative ring length from 2T to L + T (step T/2), each the planner's
+    own max_requests at that ring, fewer requests for longer rings, and the smallest ring of Nemotron-3-Super at
+    T = 4, 8K context past 3x conventional speculative decoding (the default ring, L + T = 20, is not)."""
+    assert main(["plan", "--config", "nemotron3_super", "--T", "4"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("replay_spec requests by speculative ring length"))
+    found = [(int(L), int(n), float(r)) for L, n, r in re.findall(r"L=(\d+): (\d+) \(([\d.]+)x\)", line)]
+    assert [L for L, _, _ in found] == [8, 10, 12, 14, 16, 18, 20]
+    model = analyze(load_config("nemotron3_super"))
+    for L, n, _ in found:
+        assert n == max_requests(model, "replay_spec", PlanSettings(context_len=8192, T=4, spec_buffer_len=L), 141e9, 0)
+    assert [n for _, n, _ in found] == sorted((n for _, n, _ in found), reverse=True)
+    assert found[0][2] >= 3.0 > found[-1][2]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trtllm_replayssm.model_config import analyze, bundled_configs, load_config
 from trtllm_replayssm.planner import MODES, PlanSettings, max_requests, replay_spec_ratio_bound, request_bytes
 
@@ -40,6 +42,15 @@ def main(args) -> int:
         ratio = f"  ({n / base:.2f}x conventional spec)" if base and mode == "replay_spec" else ""
         print(f"{mode:<18} {b['ssm'] / 2**20:9.1f} {b['conv'] / 2**20:9.2f} {b['kv'] / 2**20:9.1f} "
               f"{b['total'] / 2**20:10.1f} {n:13d}{ratio}")
+    # The speculative ring's length trades requests for flushes (a row flushes when h + 2T > L): from the
+    # smallest ring, 2T (every step with committed history flushes), to the default L + T.
+    step = max(1, s.T // 2)
+    rings = list(range(2 * s.T, max(2 * s.T, s.buffer_len + s.T) + 1, step))
+    cells = []
+    for L in rings:
+        n = max_requests(model, "replay_spec", replace(s, spec_buffer_len=L), gpu, weights)
+        cells.append(f"L={L}: {n} ({n / base:.2f}x)" if base else f"L={L}: {n}")
+    print("replay_spec requests by speculative ring length: " + ", ".join(cells))
     print(f"bound on the replay_spec / conventional_spec ratio whatever the ring costs (checkpoints, conv and KV "
           f"kept): {replay_spec_ratio_bound(model, s):.2f}x")
     return 0
