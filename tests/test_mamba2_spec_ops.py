@@ -206,6 +206,10 @@ def test_native_verify_table_matches_python_lists():
     (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
     (dict(x=DUMMY + 2), "x rows must be 16-byte aligned"),
     (dict(B_token_stride=129), "B rows must be 16-byte aligned"),
+    (dict(z=DUMMY, z_batch_stride=3), "z rows must be 16-byte aligned (pointer"),
+    (dict(mode=spec_kernels.SNAPSHOT, snapshots=DUMMY + 4), "snapshots is not 16-byte aligned"),
+    (dict(batch=70000), "batch=70000 is out of range (0..65535)"),
+    (dict(num_slots=-1), "num_slots=-1 is negative"),
 ])
 def test_native_verify_errors_name_the_offending_value(overrides, words):
     status, msg = _verify_status(**overrides)
@@ -220,6 +224,7 @@ def test_native_verify_errors_name_the_offending_value(overrides, words):
     (dict(cursor=None), "cursor is NULL"),
     (dict(accepted=None), "accepted is NULL"),
     (dict(batch=9), "batch=9 exceeds num_slots=4"),
+    (dict(batch=-1), "batch=-1 is out of range (0..65535)"),
 ])
 def test_native_spec_commit_errors_name_the_offending_value(overrides, words):
     p = commit_kernels.SpecCommitParams(batch=3, nheads=8, num_slots=4, pad_slot_id=-1, window=4, buffer_len=16,
@@ -238,6 +243,9 @@ def test_native_spec_commit_errors_name_the_offending_value(overrides, words):
     (dict(snapshots=None), "snapshots is NULL"),
     (dict(state=DUMMY + 8), "state is not 16-byte aligned"),
     (dict(window=0), "window=0 is out of range"),
+    (dict(accepted=None), "accepted is NULL"),
+    (dict(snapshots=DUMMY + 4), "snapshots is not 16-byte aligned"),
+    (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4 and no slot_idx was given"),
 ])
 def test_native_snapshot_commit_errors_name_the_offending_value(overrides, words):
     p = commit_kernels.SnapshotCommitParams(batch=3, num_slots=4, pad_slot_id=-1, window=4, state_bytes=1 << 16,
