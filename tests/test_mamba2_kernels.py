@@ -188,12 +188,14 @@ def test_replay_step_captured_in_cuda_graph():
 @pytest.mark.parametrize("act_dtype, L, P, heads_per_group", [(BF16, 8, 64, 16), (BF16, 32, 64, 8), (F16, 16, 128, 4),
                                                                (BF16, 5, 80, 8)])
 def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dtype, L, P, heads_per_group):
-    """The replay step as two launches (flush rows, then the output-only kernel: mamba2/output_only.cuh) against
-    the combined kernel (RSSM_ROUTES forces either) on identical pools over 2L+3 steps, with cursors desynchronised
-    per head (blocks mixing flush and non-flush heads), padding, shuffled slots and strided x / z: every pool
-    buffer (checkpoint, rings, cursors, read copy) bit-identical after every step (the flush rows run the same
-    code; the output-only rows append the same records); y within two bf16 / fp16 roundings (the output-only
-    kernel sums the same terms in another order; nvfp4: exact products summed on the tensor cores)."""
+    """The replay step in output_only.cuh's mapping (fp32: one launch, flushing rows rebuilt there; nvfp4: the
+    flush-only launch first) against the combined kernel (RSSM_ROUTES forces either) on identical pools over 2L+3
+    steps, with cursors desynchronised per group (rows mixing flushing and output-only groups; a group's heads
+    share the ring of B records and so, in every step the library makes, their cursor), padding, shuffled slots
+    and strided x / z: every pool buffer (checkpoint, rings, cursors, read copy) bit-identical after every step
+    (the flush rows perform the same fp32 operations in the same order; the output-only rows append the same
+    records); y within two bf16 / fp16 roundings (the output-only kernel sums the same terms in another order;
+    nvfp4: exact products summed on the tensor cores)."""
     shape = Mamba2LayerShape(nheads=2 * heads_per_group, head_dim=P, dstate=128, ngroups=2)
     cfg = ReplayConfig(L, F32, act_dtype, read_format)
     dev = torch.device("cuda")
@@ -201,9 +203,9 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
     split = random_pool(shape, num_slots, cfg, dev)
     for s in range(num_slots):
         split.write_read_copy(s, split.checkpoint[s])
-    H = shape.nheads
-    split.cursor[..., CURSOR_HISTORY] = torch.randint(0, L, (num_slots, H, 1), device=dev, dtype=torch.int32)
-    split.cursor[..., CURSOR_ORIGIN] = torch.randint(0, L, (num_slots, H, 1), device=dev, dtype=torch.int32)
+    per_group = lambda: torch.randint(0, L, (num_slots, 2, 1, 1), device=dev, dtype=torch.int32)  # noqa: E731
+    split.cursor[..., CURSOR_HISTORY] = per_group().repeat_interleave(heads_per_group, 1)[..., 0]
+    split.cursor[..., CURSOR_ORIGIN] = per_group().repeat_interleave(heads_per_group, 1)[..., 0]
     combined = clone_pool(split)
     A, D, dt_bias = layer_params(shape, dev)
     ulp = 2.0 ** -7 if act_dtype == BF16 else 2.0 ** -10
@@ -230,3 +232,39 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
         for name, t in split.buffers.items():
             assert torch.equal(t, combined.buffers[name]), f"step {step}: {name} differs from the combined kernel"
     assert rounded_apart, "y identical to the combined kernel's bit for bit: the output-only launch did not run"
+
+
+@pytest.mark.parametrize("read_format", ["none", "nvfp4"])
+def test_split_routes_with_every_row_flushing(monkeypatch, read_format):
+    """300 rows, every one flushing in the same step, then a step of output-only rows: fp32, every block of the
+    output-only kernel rebuilds all its heads; nvfp4, the flush-only launch's blocks each take several rows (their
+    shared memory reused between rows) over two 256-row pieces of the batch. Every buffer bit-identical to the
+    combined kernel's, y within two bf16 roundings."""
+    L, batch, num_slots = 8, 300, 304
+    shape = Mamba2LayerShape(nheads=32, head_dim=64, dstate=128, ngroups=2)
+    dev = torch.device("cuda")
+    split = random_pool(shape, num_slots, ReplayConfig(L, F32, BF16, read_format), dev, desync=False)
+    for s in range(num_slots):
+        split.write_read_copy(s, split.checkpoint[s])
+    split.set_cursor(slice(None), L - 1, torch.randint(0, L, (num_slots,), device=dev, dtype=torch.int32))
+    combined = clone_pool(split)
+    A, D, dt_bias = layer_params(shape, dev)
+    for step in range(2):
+        slots = slot_map(batch, num_slots, n_pad=3, device=dev)
+        x, dt, B, C, z = step_inputs(shape, batch, BF16, dev)
+        outs = []
+        for pool, routes in ((split, "split"), (combined, "combined")):
+            monkeypatch.setenv("RSSM_ROUTES", routes)
+            out = torch.full_like(x, float("nan"))
+            replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        live = slots >= 0
+        assert torch.isnan(outs[0][~live]).all() and not torch.isnan(outs[0][live]).any(), f"step {step}"
+        a, b = outs[0][live].float(), outs[1][live].float()
+        torch.testing.assert_close(a, b, rtol=2 ** -6, atol=2 ** -6 * float(b.abs().max()),
+                                   msg=lambda m: f"step {step}: y of the split routes: {m}")
+        for name, t in split.buffers.items():
+            assert torch.equal(t, combined.buffers[name]), f"step {step}: {name} differs from the combined kernel"
+        if step == 0:
+            assert (split.history()[slots[live].long().cpu()] == 0).all(), "every live row flushed"

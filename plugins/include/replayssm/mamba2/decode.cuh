@@ -18,10 +18,11 @@
 // The conventional step is the flush route with t = 1 (the current token only) and no ring, performing the
 // same operations in the same order: at L = 1 the replay step equals it bit for bit.
 //
-// Two launch plans for a replay step (launch_decode below): the combined kernel (both routes in one launch, each
-// unit owning its heads' cursor replicas), or, for an nvfp4 read copy by default, the split: this kernel in
-// flush-only mode (flushing rows only, cursors untouched), then output_only.cuh for every other row and every
-// cursor.
+// Launch plans for a replay step (launch_decode below): the combined kernel (both routes in one launch, each unit
+// owning its heads' cursor replicas), or the routes in output_only.cuh's mapping when the batch fills the GPU
+// with its blocks: for the fp32 checkpoint one launch of output_only.cuh, flushing rows included; for an nvfp4
+// read copy this kernel in flush-only mode first (flushing rows only, cursors untouched), then output_only.cuh for
+// every other row and every cursor.
 //
 // Read copies (CopyT = __half, __nv_bfloat16, __nv_fp8_e4m3 or nvfp4x2; void: none). The copy has the checkpoint's
 // layout [slots, H, P, N] and keeps the checkpoint's thread mapping, Tiling<StateT, N>: a thread's copy vectors
@@ -767,23 +768,23 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   return launch_unit_pipeline(kernel, overhead, p, shape, p.ngroups, plan, stream, rows);
 }
 
-// Whether the replay step splits into the flush launch and the output-only launch (output_only.cuh). The split
-// exists for the formats that route reads (the fp32 checkpoint, or an nvfp4 copy) with bf16 / fp16 activations
-// and d_state 128; output_only::heads_per_block() checks the rest. By default it is taken for the nvfp4 copy when
-// the output-only launch has at least two blocks per multiprocessor (smaller batches keep the combined kernel,
-// which splits heads into tiles). fp32 reads keep the combined kernel: measured on the H200 (docs/mamba2.md,
-// benchmarks/routes_ab.md), the split's faster output-only rows do not pay for the flush launch, whose few rows
-// run alone instead of beside the output-only rows. RSSM_ROUTES=split / combined in the environment forces one
-// or the other where both exist (A/B measurements, the tests that compare both; read at every launch).
+// Whether the replay step takes output_only.cuh's mapping (the "split" routes). It exists for the formats that
+// route reads (the fp32 checkpoint, or an nvfp4 copy) with bf16 / fp16 activations and d_state 128;
+// output_only::heads_per_block() checks the rest. By default it is taken when that launch has at least two blocks
+// per multiprocessor (smaller batches keep the combined kernel, which splits heads into tiles). The fp32
+// checkpoint's flushing rows are rebuilt in that launch (one launch); an nvfp4 copy's take a flush-only launch of
+// decode_kernel before it, measured on the H200 (docs/mamba2.md, benchmarks/routes_ab.md). RSSM_ROUTES=split /
+// combined in the environment forces one or the other where both exist (A/B measurements, the tests that compare
+// both; read at every launch).
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
-inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms, bool nvfp4) {
+inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
   const char* v = std::getenv("RSSM_ROUTES");
   const std::string forced = v ? v : "";
   if (hpb <= 0 || forced == "combined") return 0;
   if (forced == "split") return hpb;
-  return nvfp4 && static_cast<long long>(p.batch) * (p.nheads / hpb) >= 2LL * sms ? hpb : 0;
+  return static_cast<long long>(p.batch) * (p.nheads / hpb) >= 2LL * sms ? hpb : 0;
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
@@ -801,12 +802,13 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     cudaError_t err = device_smem_per_sm(smem_per_sm);
     if (err == cudaSuccess) err = device_sms(sms);
     if (err != cudaSuccess) return err;
-    const int hpb = output_only_heads(p, output_only::heads_per_block<ActT>(p, smem_per_sm), sms,
-                                      std::is_same_v<CopyT, nvfp4x2>);
-    if (hpb > 0) {  // flush rows first (cursors untouched), then every other row and every cursor
-      err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
-      if (err != cudaSuccess) return err;
-      using Fmt = std::conditional_t<std::is_void_v<CopyT>, output_only::Fp32Read, output_only::Nvfp4Mma>;
+    using Fmt = std::conditional_t<std::is_void_v<CopyT>, output_only::Fp32Read, output_only::Nvfp4Mma>;
+    const int hpb = output_only_heads(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms);
+    if (hpb > 0) {
+      if constexpr (!Fmt::kFlushRows) {  // flush rows first (cursors untouched), then every other row and cursor
+        err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
+        if (err != cudaSuccess) return err;
+      }
       return output_only::launch<ActT, Fmt>(p, hpb, stream);
     }
   }

@@ -1,6 +1,7 @@
-// Mamba-2 ReplaySSM: the output-only route as its own kernel (the non-flush rows of a replay step), launched
-// after the flush route (decode.cuh's decode_kernel restricted to flush rows). docs/mamba2.md has the maths and
-// the measurements that chose this split.
+// Mamba-2 ReplaySSM: the replay step's rows in the read route's own mapping. docs/mamba2.md has the maths and the
+// measurements that chose it. The fp32 checkpoint (Fp32Read) takes every row here, flushing ones included; with an
+// nvfp4 read copy (Nvfp4Mma) flushing rows are skipped: decode.cuh's decode_kernel, in flush-only mode, wrote them
+// in a launch before this one (its quantiser works in the unit pipeline's mapping).
 //
 // Why a kernel of its own: the flush route needs the checkpoint in the unit pipeline's thread mapping (a thread
 // owns whole 16-byte vectors of its rows to rebuild and store them), and the combined kernel made the
@@ -14,7 +15,12 @@
 //   - Each warp then streams its rows of the read tile: y[r] = (abar (S0·C)[r] + pre[r]) gate[r], four lanes
 //     per row and two shuffles. The first rows' loads are issued before the prologue (they depend on the slot
 //     only), so the prologue's latency hides behind them.
-//   - Rows whose head flushes are skipped (the flush launch wrote them); this launch writes every head's cursor
+//   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 32
+//     columns (the group's B records widened to fp32 in shared memory once per block), stored in place, then
+//     y = S·C + D x, gated. The same fp32 operations in the same order as decode.cuh's flush route, so the
+//     checkpoint is bit-identical to the combined kernel's; each block owns its heads' cursors, so both routes
+//     run in one launch with nothing racing on a cursor.
+//   - Nvfp4Mma skips a flushing head's rows (the flush launch wrote them). This launch writes every head's cursor
 //     (history + 1, or 0 for a flush head): the flush launch leaves the cursor alone so that both launches see
 //     the same history.
 // Read formats (Fmt):
@@ -44,9 +50,11 @@ constexpr int kRowQuantum = 128;  // a block's rows (heads x P) are a multiple: 
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
-  int ring_B, ring_x, x, z, C, coef, gscale, pre, gate, frag, bytes;
+  int ring_B, ring_x, x, z, C, coef, gscale, pre, gate, frag, w, B32, bytes;
 };
-__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes) {
+// flush_rows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
+// records in fp32.
+__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows) {
   Smem s{};
   int off = 0;
   auto take = [&](int bytes) {
@@ -64,6 +72,8 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   s.pre = take(heads * P * 4);                 // [heads * P] D x + the window's sum
   s.gate = take(heads * P * 4);                // [heads * P] silu(z), or 1
   s.frag = take(kWarps * 32 * 4);              // [256] words of B fragments (nvfp4)
+  s.w = take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
+  s.B32 = take(flush_rows ? (L + 1) * kN * 4 : 0);  // [L + 1][N] fp32 B records by position, the current at L
   s.bytes = off;
   return s;
 }
@@ -75,6 +85,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
 
 struct Fp32Read {
   static constexpr int kRows = 8, kBatch = 2;
+  static constexpr bool kFlushRows = true;  // flushing heads' rows are rebuilt here
   struct Regs {
     float4 v[8];
   };
@@ -152,6 +163,7 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
 
 struct Nvfp4Mma {
   static constexpr int kRows = 16, kBatch = 4;
+  static constexpr bool kFlushRows = false;  // the flush launch writes them (codes and scales in its mapping)
   struct Regs {
     uint4 c0, c1;     // codes of rows g and g + 8, columns 32 c .. 32 c + 31
     uint32_t s0, s1;  // block scales of rows g and g + 8, blocks 4 (c % 2) .. + 3
@@ -227,6 +239,40 @@ struct Nvfp4Mma {
   }
 };
 
+// A flushing row in Fp32Read's mapping (the lane's columns 16 q + 4 (lane % 4) + e): S = abar S0, then for every
+// record j of the full window (history L - 1: records 0 .. L - 1, the current token last) S += (w_j x_j) B_j,
+// then S stored in place (WRITES state). The same fp32 operations in the same order as decode.cuh's flush route.
+// rx: the row's x records by ring position (stride P; the current x is in its slot), B32: [L + 1][N] B records
+// by position (the current at L).
+template <typename ActT>
+__device__ __forceinline__ void flush_row(Fp32Read::Regs& s, float abar, int origin, int L, const float* w,
+                                          const ActT* rx, int P, const float* B32, float* row, int lane) {
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    s.v[q].x *= abar;
+    s.v[q].y *= abar;
+    s.v[q].z *= abar;
+    s.v[q].w *= abar;
+  }
+  #pragma unroll 1
+  for (int j = 0; j < L; ++j) {
+    const int pos = ring_pos(origin, j, L);
+    const float cx = w[j] * to_float(rx[pos * P]);
+    const float4* Bj = reinterpret_cast<const float4*>(B32 + (j == L - 1 ? L : pos) * kN) + lane % 4;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float4 b = Bj[q * 4];
+      s.v[q].x = fmaf(cx, b.x, s.v[q].x);
+      s.v[q].y = fmaf(cx, b.y, s.v[q].y);
+      s.v[q].z = fmaf(cx, b.z, s.v[q].z);
+      s.v[q].w = fmaf(cx, b.w, s.v[q].w);
+    }
+  }
+  float4* const dst = reinterpret_cast<float4*>(row) + lane % 4;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) __stcs(dst + q * 4, s.v[q]);
+}
+
 template <typename ActT, typename Fmt>
 __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p,
                                                                      const int hpb) {
@@ -241,7 +287,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ __align__(16) char smem[];
-  const Smem sp = smem_layout(L, hpb, P, sizeof(ActT));
+  const Smem sp = smem_layout(L, hpb, P, sizeof(ActT), Fmt::kFlushRows);
   ActT* const rB_s = reinterpret_cast<ActT*>(smem + sp.ring_B);
   ActT* const rx_s = reinterpret_cast<ActT*>(smem + sp.ring_x);
   ActT* const x_s = reinterpret_cast<ActT*>(smem + sp.x);
@@ -252,8 +298,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   float* const pre_s = reinterpret_cast<float*>(smem + sp.pre);
   float* const gate_s = reinterpret_cast<float*>(smem + sp.gate);
   uint32_t* const frag_s = reinterpret_cast<uint32_t*>(smem + sp.frag);
+  float* const w_s = reinterpret_cast<float*>(smem + sp.w);
+  float* const B32_s = reinterpret_cast<float*>(smem + sp.B32);
   __shared__ float s_bc[kMaxLen + 1];
-  __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads];
+  __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads], s_D[kMaxHeads];
   __shared__ int s_hist[kMaxHeads], s_origin[kMaxHeads];
 
   const int64_t sg = static_cast<int64_t>(slot) * p.ngroups + group, sh0 = static_cast<int64_t>(slot) * H + head0;
@@ -298,6 +346,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
     dt += p.dt_bias ? p.dt_bias[head] : 0.f;
     s_dt[threadIdx.x] = p.dt_softplus ? softplus_thresholded(dt) : dt;
+    s_D[threadIdx.x] = p.D ? p.D[head] : 0.f;
   }
   cp_async_wait_group<0>();
   __syncthreads();
@@ -311,6 +360,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     }
     d = group_sum<32>(d);
     if (lane == 0) s_bc[j] = d;
+  }
+  if constexpr (Fmt::kFlushRows) {  // a flushing head's records in fp32 (exact), the current B at index L
+    bool flushes = false;
+    for (int hh = 0; hh < hpb; ++hh) flushes |= s_hist[hh] == L - 1;
+    if (flushes)
+      for (int i = threadIdx.x; i < (L + 1) * kN; i += blockDim.x) B32_s[i] = to_float(i < L * kN ? rB_s[i] : Bg[i - L * kN]);
   }
   __syncthreads();
   // Window weights, one warp per head (decode.cuh's prologue), and the current x into its ring record: in shared
@@ -327,6 +382,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     if (j < L) {
       const float bc = j > hist ? 0.f : (j == hist ? s_bc[L] : s_bc[ring_pos(origin, j, L)]);
       coef_s[hh * L + ring_pos(origin, j, L)] = w * bc;
+      if constexpr (Fmt::kFlushRows) w_s[hh * L + j] = w;
     }
     if (lane == 0) s_abar[hh] = expf(A * total);
     const int pos_cur = ring_pos(origin, hist, L);
@@ -346,7 +402,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     const float* coef = coef_s + hh * L;
     float w = 0.f;
     for (int pos = 0; pos < L; ++pos) w = fmaf(coef[pos], to_float(rx[pos * P]), w);
-    pre_s[lrow] = fmaf(p.D ? p.D[head0 + hh] : 0.f, to_float(x_s[lrow]), w);
+    pre_s[lrow] = fmaf(s_D[hh], to_float(x_s[lrow]), w);
     gate_s[lrow] = z_b ? silu_gate(to_float(z_s[lrow])) : 1.f;
   }
   __syncthreads();
@@ -362,10 +418,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     for (int k = 0; k < kBatch; ++k) {
       if (s0 + k >= steps) break;
       const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = lrow0 / P;  // a step's rows share a head
-      if (s_hist[hh] == L - 1) continue;                                  // a flush head
+      const float abar = s_abar[hh];
+      if (s_hist[hh] == L - 1) {  // a flush head
+        if constexpr (Fmt::kFlushRows) {
+          const int lrow = lrow0 + lane / 4, r = lrow - hh * P;
+          float* const row = static_cast<float*>(p.state) + (warp_row0 + (s0 + k) * kRows + lane / 4) * kN;
+          float part[1];
+          flush_row(regs[k], abar, s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r, P, B32_s, row, lane);
+          Fmt::dot(regs[k], ctx, lane, nullptr, part);
+          float v = part[0];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          if (lane % 4 == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
+            y_b[hh * p.y_head_stride + r] = from_float<ActT>(fmaf(s_D[hh], to_float(x_s[lrow]), v) * gate_s[lrow]);
+        }
+        continue;
+      }
       float part[RPL];
       Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / 4, part);
-      const float abar = s_abar[hh];
 #pragma unroll
       for (int i = 0; i < RPL; ++i) {
         float v = part[i];
@@ -395,13 +465,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 // Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): d_state
 // 128, L <= 32, bf16 / fp16 activations, and a block of the most heads (<= 16, dividing the heads per group)
 // whose rows are whole 16-row steps per warp and whose shared memory leaves two blocks per multiprocessor.
-template <typename ActT>
+template <typename ActT, typename Fmt>
 inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) {
   if (sizeof(ActT) != 2 || p.dstate != kN || p.buffer_len < 2 || p.buffer_len > kMaxLen) return 0;
   const int hpg = p.nheads / p.ngroups;
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum) continue;
-    if (2 * (smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT)).bytes + 2048) <= smem_per_sm) return hpb;
+    if (2 * (smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes + 2048) <= smem_per_sm)
+      return hpb;
   }
   return 0;
 }
@@ -409,7 +480,7 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
 template <typename ActT, typename Fmt>
 cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, cudaStream_t stream) {
   const auto kernel = output_only_kernel<ActT, Fmt>;
-  const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT)).bytes;
+  const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
