@@ -783,6 +783,10 @@ inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sm
   const char* v = std::getenv("RSSM_ROUTES");
   const std::string forced = v ? v : "";
   if (hpb <= 0 || forced == "combined") return 0;
+  if (const char* h = std::getenv("RSSM_OO_HEADS")) {  // A/B only: fewer heads per block (a divisor of hpb)
+    const int want = std::atoi(h);
+    if (want > 0 && want < hpb && hpb % want == 0 && (want * p.head_dim) % output_only::kRowQuantum == 0) hpb = want;
+  }
   if (forced == "split") return hpb;
   return static_cast<long long>(p.batch) * (p.nheads / hpb) >= 2LL * sms ? hpb : 0;
 }
