@@ -239,38 +239,49 @@ struct Nvfp4Mma {
   }
 };
 
-// A flushing row in Fp32Read's mapping (the lane's columns 16 q + 4 (lane % 4) + e): S = abar S0, then for every
-// record j of the full window (history L - 1: records 0 .. L - 1, the current token last) S += (w_j x_j) B_j,
-// then S stored in place (WRITES state). The same fp32 operations in the same order as decode.cuh's flush route.
-// rx: the row's x records by ring position (stride P; the current x is in its slot), B32: [L + 1][N] B records
-// by position (the current at L).
-template <typename ActT>
-__device__ __forceinline__ void flush_row(Fp32Read::Regs& s, float abar, int origin, int L, const float* w,
-                                          const ActT* rx, int P, const float* B32, float* row, int lane) {
+// A flushing head's rows in Fp32Read's mapping, K warp steps at once (the lane's rows r, r + 8, ...; its columns
+// 16 q + 4 (lane % 4) + e): S = abar S0, then for every record j of the full window (history L - 1: records
+// 0 .. L - 1, the current token last) S += (w_j x_j) B_j, then S stored in place (WRITES state). The same fp32
+// operations in the same order as decode.cuh's flush route. A B vector read from shared memory serves the K rows
+// (the loop is bound by shared-memory reads). rx: the first row's x records by ring position (stride P; the
+// current x is in its slot), B32: [L + 1][N] B records by position (the current at L), row: the first row.
+template <int K, typename ActT>
+__device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, int origin, int L, const float* w,
+                                           const ActT* rx, int P, const float* B32, float* row, int lane) {
 #pragma unroll
-  for (int q = 0; q < 8; ++q) {
-    s.v[q].x *= abar;
-    s.v[q].y *= abar;
-    s.v[q].z *= abar;
-    s.v[q].w *= abar;
-  }
-  #pragma unroll 1
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      s[k].v[q].x *= abar;
+      s[k].v[q].y *= abar;
+      s[k].v[q].z *= abar;
+      s[k].v[q].w *= abar;
+    }
+#pragma unroll 1
   for (int j = 0; j < L; ++j) {
     const int pos = ring_pos(origin, j, L);
-    const float cx = w[j] * to_float(rx[pos * P]);
+    float cx[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) cx[k] = w[j] * to_float(rx[pos * P + 8 * k]);
     const float4* Bj = reinterpret_cast<const float4*>(B32 + (j == L - 1 ? L : pos) * kN) + lane % 4;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       const float4 b = Bj[q * 4];
-      s.v[q].x = fmaf(cx, b.x, s.v[q].x);
-      s.v[q].y = fmaf(cx, b.y, s.v[q].y);
-      s.v[q].z = fmaf(cx, b.z, s.v[q].z);
-      s.v[q].w = fmaf(cx, b.w, s.v[q].w);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        s[k].v[q].x = fmaf(cx[k], b.x, s[k].v[q].x);
+        s[k].v[q].y = fmaf(cx[k], b.y, s[k].v[q].y);
+        s[k].v[q].z = fmaf(cx[k], b.z, s[k].v[q].z);
+        s[k].v[q].w = fmaf(cx[k], b.w, s[k].v[q].w);
+      }
     }
   }
-  float4* const dst = reinterpret_cast<float4*>(row) + lane % 4;
 #pragma unroll
-  for (int q = 0; q < 8; ++q) __stcs(dst + q * 4, s.v[q]);
+  for (int k = 0; k < K; ++k) {
+    float4* const dst = reinterpret_cast<float4*>(row + 8 * k * kN) + lane % 4;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) __stcs(dst + q * 4, s[k].v[q]);
+  }
 }
 
 template <typename ActT, typename Fmt>
@@ -414,26 +425,35 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
       for (int k = 0; k < kBatch; ++k)
         if (s0 + k < steps) regs[k] = Fmt::load(p, warp_row0 + (s0 + k) * kRows, lane);
     }
+    if constexpr (Fmt::kFlushRows) {
+      // A flushing head: the batch's kBatch steps together (16 rows from a multiple of 16: the warp's rows are a
+      // multiple of 16 (kRowQuantum) and so is P, so they lie in one head).
+      const int lrow0 = warp * rpw + s0 * kRows, hh = lrow0 / P;
+      if (s_hist[hh] == L - 1) {
+        const int r0 = lrow0 - hh * P + lane / 4;
+        flush_rows(regs, s_abar[hh], s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r0, P, B32_s,
+                   static_cast<float*>(p.state) + (warp_row0 + s0 * kRows + lane / 4) * kN, lane);
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          float part[1];
+          Fmt::dot(regs[k], ctx, lane, nullptr, part);
+          float v = part[0];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          const int r = r0 + k * kRows;
+          if (lane % 4 == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
+            y_b[hh * p.y_head_stride + r] =
+                from_float<ActT>(fmaf(s_D[hh], to_float(x_s[hh * P + r]), v) * gate_s[hh * P + r]);
+        }
+        continue;
+      }
+    }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       if (s0 + k >= steps) break;
       const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = lrow0 / P;  // a step's rows share a head
       const float abar = s_abar[hh];
-      if (s_hist[hh] == L - 1) {  // a flush head
-        if constexpr (Fmt::kFlushRows) {
-          const int lrow = lrow0 + lane / 4, r = lrow - hh * P;
-          float* const row = static_cast<float*>(p.state) + (warp_row0 + (s0 + k) * kRows + lane / 4) * kN;
-          float part[1];
-          flush_row(regs[k], abar, s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r, P, B32_s, row, lane);
-          Fmt::dot(regs[k], ctx, lane, nullptr, part);
-          float v = part[0];
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
-          if (lane % 4 == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
-            y_b[hh * p.y_head_stride + r] = from_float<ActT>(fmaf(s_D[hh], to_float(x_s[lrow]), v) * gate_s[lrow]);
-        }
-        continue;
-      }
+      if (s_hist[hh] == L - 1) continue;  // a flush head (Nvfp4Mma: the flush launch wrote its rows)
       float part[RPL];
       Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / 4, part);
 #pragma unroll
