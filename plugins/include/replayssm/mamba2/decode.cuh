@@ -768,27 +768,37 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   return launch_unit_pipeline(kernel, overhead, p, shape, p.ngroups, plan, stream, rows);
 }
 
-// Whether the replay step takes output_only.cuh's mapping (the "split" routes). It exists for the formats that
-// route reads (the fp32 checkpoint, or an nvfp4 copy) with bf16 / fp16 activations and d_state 128;
-// output_only::heads_per_block() checks the rest. By default it is taken when that launch has at least two blocks
-// per multiprocessor (smaller batches keep the combined kernel, which splits heads into tiles). The fp32
-// checkpoint's flushing rows are rebuilt in that launch (one launch); an nvfp4 copy's take a flush-only launch of
-// decode_kernel before it, measured on the H200 (docs/mamba2.md, benchmarks/routes_ab.md). RSSM_ROUTES=split /
-// combined in the environment forces one or the other where both exist (A/B measurements, the tests that compare
-// both; read at every launch).
+// Whether the replay step takes output_only.cuh's mapping (the "split" routes), and with how many heads per block
+// (0: the combined kernel). It exists for the formats that route reads (the fp32 checkpoint, or an nvfp4 copy)
+// with bf16 / fp16 activations and d_state 128; output_only::heads_per_block() gives the most heads a block can
+// take. Measured on the H200 (docs/mamba2.md, benchmarks/routes_ab.md):
+//   - fp32 checkpoint: one launch, flushing rows rebuilt in it. A flushing block takes ~2x a reading block, so the
+//     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), taken when the launch
+//     has at least 24 of them per multiprocessor (Super shape: batch >= 256); smaller batches keep the combined
+//     kernel, whose flush units are finer.
+//   - nvfp4 copy: a flush-only launch of decode_kernel first, then the output-only kernel with the most heads per
+//     block, taken at two or more blocks per multiprocessor.
+// RSSM_ROUTES=split / combined in the environment forces one or the other where both exist (A/B measurements,
+// the tests that compare both); RSSM_OO_HEADS=<n> takes n heads per block instead (A/B only; a divisor of the
+// default). Both are read at every launch.
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
-inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
+constexpr int kFlushBlockHeads = 8;     // fp32: most heads per block
+constexpr int kFlushBlocksPerSm = 24;   // fp32: fewest blocks per multiprocessor for the split
+inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms, bool flush_rows) {
   const char* v = std::getenv("RSSM_ROUTES");
   const std::string forced = v ? v : "";
   if (hpb <= 0 || forced == "combined") return 0;
-  if (const char* h = std::getenv("RSSM_OO_HEADS")) {  // A/B only: fewer heads per block (a divisor of hpb)
+  if (flush_rows)
+    while (hpb > kFlushBlockHeads && (hpb / 2 * p.head_dim) % output_only::kRowQuantum == 0) hpb /= 2;
+  if (const char* h = std::getenv("RSSM_OO_HEADS")) {
     const int want = std::atoi(h);
     if (want > 0 && want < hpb && hpb % want == 0 && (want * p.head_dim) % output_only::kRowQuantum == 0) hpb = want;
   }
   if (forced == "split") return hpb;
-  return static_cast<long long>(p.batch) * (p.nheads / hpb) >= 2LL * sms ? hpb : 0;
+  const long long blocks = static_cast<long long>(p.batch) * (p.nheads / hpb);
+  return blocks >= static_cast<long long>(flush_rows ? kFlushBlocksPerSm : 2) * sms ? hpb : 0;
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
@@ -807,7 +817,7 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     if (err == cudaSuccess) err = device_sms(sms);
     if (err != cudaSuccess) return err;
     using Fmt = std::conditional_t<std::is_void_v<CopyT>, output_only::Fp32Read, output_only::Nvfp4Mma>;
-    const int hpb = output_only_heads(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms);
+    const int hpb = output_only_heads(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms, Fmt::kFlushRows);
     if (hpb > 0) {
       if constexpr (!Fmt::kFlushRows) {  // flush rows first (cursors untouched), then every other row and cursor
         err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
