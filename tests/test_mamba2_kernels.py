@@ -10,7 +10,7 @@ import torch
 
 from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_map, step_inputs
 from oracle import SequentialOracle
-from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig, dtype_name
+from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN, Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
                                                           replay_decode_reference)
@@ -182,3 +182,51 @@ def test_replay_step_captured_in_cuda_graph():
         live = slots >= 0
         assert rel_err(out[live], y_ref[live]) < tol(F32, BF16), f"replay {step}"
         assert torch.equal(pool.cursor, ref.cursor)
+
+
+@pytest.mark.parametrize("read_format", ["none", "nvfp4"])
+@pytest.mark.parametrize("act_dtype, L, P, heads_per_group", [(BF16, 8, 64, 16), (BF16, 32, 64, 8), (F16, 16, 128, 4),
+                                                               (BF16, 5, 80, 8)])
+def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dtype, L, P, heads_per_group):
+    """The replay step as two launches (flush rows, then the output-only kernel: mamba2/output_only.cuh) against
+    the combined kernel (RSSM_ROUTES forces either) on identical pools over 2L+3 steps, with cursors desynchronised
+    per head (blocks mixing flush and non-flush heads), padding, shuffled slots and strided x / z: every pool
+    buffer (checkpoint, rings, cursors, read copy) bit-identical after every step (the flush rows run the same
+    code; the output-only rows append the same records); y within two bf16 / fp16 roundings (the output-only
+    kernel sums the same terms in another order; nvfp4: exact products summed on the tensor cores)."""
+    shape = Mamba2LayerShape(nheads=2 * heads_per_group, head_dim=P, dstate=128, ngroups=2)
+    cfg = ReplayConfig(L, F32, act_dtype, read_format)
+    dev = torch.device("cuda")
+    num_slots, batch = 9, 7
+    split = random_pool(shape, num_slots, cfg, dev)
+    for s in range(num_slots):
+        split.write_read_copy(s, split.checkpoint[s])
+    H = shape.nheads
+    split.cursor[..., CURSOR_HISTORY] = torch.randint(0, L, (num_slots, H, 1), device=dev, dtype=torch.int32)
+    split.cursor[..., CURSOR_ORIGIN] = torch.randint(0, L, (num_slots, H, 1), device=dev, dtype=torch.int32)
+    combined = clone_pool(split)
+    A, D, dt_bias = layer_params(shape, dev)
+    ulp = 2.0 ** -7 if act_dtype == BF16 else 2.0 ** -10
+    rounded_apart = False  # some y of the two routes one rounding apart: proof that the split routes ran
+    for step in range(2 * L + 3):
+        slots = slot_map(batch, num_slots, n_pad=1, device=dev)
+        x, dt, B, C, z = step_inputs(shape, batch, act_dtype, dev)
+        if step % 2:
+            x, z = _wide(x, 3), _wide(z, 1)
+        outs = []
+        for pool, routes in ((split, "split"), (combined, "combined")):
+            monkeypatch.setenv("RSSM_ROUTES", routes)
+            out = torch.full_like(x, float("nan"))
+            replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        live = slots >= 0
+        assert torch.isnan(outs[0][~live]).all(), f"step {step}: padded row written"
+        assert not torch.isnan(outs[0][live]).any(), f"step {step}: output not fully written"
+        a, b = outs[0][live].float(), outs[1][live].float()
+        torch.testing.assert_close(a, b, rtol=2 * ulp, atol=2 * ulp * float(b.abs().max()),
+                                   msg=lambda m: f"step {step}: y of the split routes: {m}")
+        rounded_apart |= not torch.equal(a, b)
+        for name, t in split.buffers.items():
+            assert torch.equal(t, combined.buffers[name]), f"step {step}: {name} differs from the combined kernel"
+    assert rounded_apart, "y identical to the combined kernel's bit for bit: the output-only launch did not run"

@@ -51,6 +51,7 @@ constexpr int kMaxStages = 3;  // shared-memory stages per block: one computed, 
 // records, their products with the current token's vectors) is loaded and computed once per block.
 struct Shape {
   int tiles, tiles_log2, warps, rows, units, chunks, stages;
+  int flush_only;  // replay: compute flush rows only and leave every cursor alone (a later launch owns the rest)
 };
 
 inline Shape launch_shape(int head_dim, int rows_per_warp, int nheads, int ngroups, long long batch, int sms) {
@@ -214,10 +215,11 @@ inline cudaError_t device_smem_per_sm(int& bytes) {
 // takes (params, Shape, plan)): fewer units per block until two blocks fit on a multiprocessor (the per-block
 // inputs grow with the units), the shared-memory opt-in, the grid. `plan(shape)` gives the kernel's shared-memory
 // plan (a struct with `bytes`); `groups` is the number of groups (Mamba-2 B/C groups, GDN key heads);
-// `overhead` is block_smem_overhead(kernel), which callers query once per kernel.
+// `overhead` is block_smem_overhead(kernel), which callers query once per kernel; `rows`: blocks along y (default:
+// the batch).
 template <typename Kernel, typename Params, typename PlanFn>
 cudaError_t launch_unit_pipeline(Kernel kernel, int overhead, const Params& p, Shape shape, int groups, PlanFn plan,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, long long rows = -1) {
   int smem_per_sm = 0;
   cudaError_t err = device_smem_per_sm(smem_per_sm);
   if (err != cudaSuccess) return err;
@@ -227,7 +229,8 @@ cudaError_t launch_unit_pipeline(Kernel kernel, int overhead, const Params& p, S
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
     if (err != cudaSuccess) return err;
   }
-  kernel<<<dim3(groups * shape.chunks, p.batch), shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
+  const unsigned grid_rows = static_cast<unsigned>(rows < 0 ? p.batch : rows);  // rows < 0: one block row per batch row
+  kernel<<<dim3(groups * shape.chunks, grid_rows), shape.warps * 32, sp.bytes, stream>>>(p, shape, sp);
   return cudaGetLastError();
 }
 

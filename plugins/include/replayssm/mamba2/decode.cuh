@@ -18,6 +18,11 @@
 // The conventional step is the flush route with t = 1 (the current token only) and no ring, performing the
 // same operations in the same order: at L = 1 the replay step equals it bit for bit.
 //
+// Two launch plans for a replay step (launch_decode below): the combined kernel (both routes in one launch, each
+// unit owning its heads' cursor replicas), or, for an nvfp4 read copy by default, the split: this kernel in
+// flush-only mode (flushing rows only, cursors untouched), then output_only.cuh for every other row and every
+// cursor.
+//
 // Read copies (CopyT = __half, __nv_bfloat16, __nv_fp8_e4m3 or nvfp4x2; void: none). The copy has the checkpoint's
 // layout [slots, H, P, N] and keeps the checkpoint's thread mapping, Tiling<StateT, N>: a thread's copy vectors
 // are its checkpoint vectors narrowed (VEC elements of CopyT: 8 or 4 bytes instead of 16), so the flush writes
@@ -57,13 +62,16 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/mamba2/conventional.cuh"
+#include "replayssm/mamba2/output_only.cuh"
 #include "replayssm/mamba2/params.h"
 
 namespace replayssm {
@@ -249,9 +257,10 @@ __device__ __forceinline__ float lane_dot_nvfp4(const uint8_t* codes, const uint
 template <typename StateT, typename CopyT>
 using ReadT = std::conditional_t<std::is_void_v<CopyT>, StateT, CopyT>;
 
+// One batch row's block: (row b, group, chunk of units) with blockIdx.x giving the group and chunk.
 template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
-__global__ void __launch_bounds__(kMaxWarps * 32, 2)
-    decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Shape shape, const SmemPlan sp) {
+__device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, const Shape& shape, const SmemPlan& sp,
+                                           const int b) {
   using Tl = Tiling<StateT, N>;
   using RT = ReadT<StateT, CopyT>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
@@ -274,7 +283,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
   const int H = p.nheads, P = p.head_dim, L = REPLAY ? p.buffer_len : 1, T = shape.tiles, TR = shape.rows;
   const int U = shape.units, S = shape.stages, TL = shape.tiles_log2;
-  const int b = blockIdx.y, group = blockIdx.x / shape.chunks, chunk = blockIdx.x - group * shape.chunks;
+  const int group = blockIdx.x / shape.chunks, chunk = blockIdx.x - group * shape.chunks;
   const int hpg = H / p.ngroups;
   const int unit0 = chunk * U;                   // first unit of this block within the group
   const int head0 = group * hpg + (unit0 >> TL);  // first head of this block
@@ -287,6 +296,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+  // Flush-only launch (the output-only route has its own launch, output_only.cuh): a block none of whose heads
+  // flushes leaves at once, before queueing any tile.
+  if (REPLAY && shape.flush_only) {
+    bool flushes = false;
+    if (threadIdx.x < heads) {
+      const int u_first = max((static_cast<int>(threadIdx.x) << TL) - tile_base, 0);
+      const int tile = (tile_base + u_first) & (T - 1);
+      const int hist = p.cursor[((static_cast<int64_t>(slot) * H + head0 + threadIdx.x) * RSSM_CURSOR_REPLICAS + tile) *
+                                    RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
+      flushes = min(max(hist, 0), L - 1) == L - 1;
+    }
+    if (!__syncthreads_or(flushes)) return;
+  }
 
   // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
   const int64_t sh0 = static_cast<int64_t>(slot) * H + head0;
@@ -511,8 +533,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     if constexpr (kNvfp4) __syncwarp();
     // The stage of unit u + 2 was last read, by this thread only (nvfp4: this warp only), in unit u - 1. With
     // a read copy, a unit that will flush stages nothing (its flush reads the checkpoint from global memory).
-    if (u + 2 < U && !(kCopy && s_hist[(tile_base + u + 2) >> TL] == L - 1))
-      issue_tile(u + 2, stage + 2 < S ? stage + 2 : stage + 2 - S);
+    if (u + 2 < U) {
+      const bool flushes = s_hist[(tile_base + u + 2) >> TL] == L - 1;
+      // Flush-only launch: a non-flush unit needs no tile either.
+      if (!(kCopy && flushes) && !(shape.flush_only && !flushes)) issue_tile(u + 2, stage + 2 < S ? stage + 2 : stage + 2 - S);
+    }
     cp_async_commit();
 
     const int uu = tile_base + u, hh = uu >> TL, tile = uu & (T - 1), row0 = tile * TR;
@@ -525,6 +550,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     const bool flush = !REPLAY || hist == L - 1;
     const int t = hist + 1;
     const float abar = s_abar[hh];
+    if (REPLAY && shape.flush_only && !flush) {  // the output-only launch computes and writes this unit
+      stage = stage + 1 < S ? stage + 1 : 0;
+      continue;
+    }
 
     // ---- Per-lane partial dots with C, reduce-scattered across each row's lanes.
     float part[KI];
@@ -645,16 +674,74 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         }
       }
       // WRITES the cursor replicas this unit owns: tile, tile + T, ... (no other unit of this launch reads or
-      // writes them), one lane each.
-      if (warp == 0 && lane < RSSM_CURSOR_REPLICAS && (lane & (T - 1)) == tile)
+      // writes them), one lane each; a flush-only launch leaves them to the output-only launch.
+      if (!shape.flush_only && warp == 0 && lane < RSSM_CURSOR_REPLICAS && (lane & (T - 1)) == tile)
         cursor_blk[(hh * RSSM_CURSOR_REPLICAS + lane) * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;
     }
     stage = stage + 1 < S ? stage + 1 : 0;
   }
 }
 
+// Whether batch row b flushes in the block's chunk (any of its heads at history L-1; padding never does).
+__device__ __forceinline__ bool row_flushes(const rssm_mamba2_decode_params& p, const Shape& shape, int b) {
+  const int slot = p.slot_idx ? p.slot_idx[b] : b;
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return false;
+  const int TL = shape.tiles_log2, T = shape.tiles, L = p.buffer_len;
+  const int group = blockIdx.x / shape.chunks, unit0 = (blockIdx.x - group * shape.chunks) * shape.units;
+  const int head0 = group * (p.nheads / p.ngroups) + (unit0 >> TL), tile_base = unit0 & (T - 1);
+  const int heads = ((tile_base + shape.units - 1) >> TL) + 1;
+  bool flushes = false;
+  for (int h = 0; h < heads; ++h) {
+    const int u_first = max((h << TL) - tile_base, 0), tile = (tile_base + u_first) & (T - 1);
+    const int hist = p.cursor[((static_cast<int64_t>(slot) * p.nheads + head0 + h) * RSSM_CURSOR_REPLICAS + tile) *
+                                  RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
+    flushes |= min(max(hist, 0), L - 1) == L - 1;
+  }
+  return flushes;
+}
+
+// The decode launch. Normally one block per (batch row, group, chunk). A flush-only launch (replay, the flush
+// route of a step whose other rows go to output_only.cuh) has gridDim.y blocks per (group, chunk) for the whole
+// batch: each block finds the batch's flushing rows (in batch order, blockDim.x rows at a time) and takes the k-th
+// of them for k = blockIdx.y mod gridDim.y. Few rows flush in a step (1/L of them with staggered phases), so the
+// launch is as short as those rows' work allows instead of a grid of blocks that mostly find nothing to do.
 template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
-static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
+__global__ void __launch_bounds__(kMaxWarps * 32, 2)
+    decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Shape shape, const SmemPlan sp) {
+  if (!REPLAY || !shape.flush_only) {
+    decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, blockIdx.y);
+    return;
+  }
+  __shared__ int s_rows[kMaxWarps * 32];
+  __shared__ int s_warp_rows[kMaxWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  int seen = 0;  // flushing rows before this piece of the batch
+  for (int b0 = 0; b0 < p.batch; b0 += blockDim.x) {
+    const int bb = b0 + threadIdx.x;
+    const bool f = bb < p.batch && row_flushes(p, shape, bb);
+    const unsigned ballot = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) s_warp_rows[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < nwarps; ++w) {
+      before += w < warp ? s_warp_rows[w] : 0;
+      total += s_warp_rows[w];
+    }
+    if (f) s_rows[before + __popc(ballot & ((1u << lane) - 1u))] = bb;
+    __syncthreads();
+    for (int i = 0; i < total; ++i) {
+      if ((seen + i) % static_cast<int>(gridDim.y) != static_cast<int>(blockIdx.y)) continue;
+      decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, s_rows[i]);
+      cp_async_wait_group<0>();
+      __syncthreads();  // the row's shared memory is free for the next one
+    }
+    seen += total;
+    __syncthreads();  // s_rows and s_warp_rows are rewritten by the next piece
+  }
+}
+
+template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
+static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t stream, bool flush_only = false) {
   using Tl = Tiling<StateT, N>;
   int sms = 0;
   const cudaError_t err = device_sms(sms);
@@ -671,11 +758,32 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   };
   const auto kernel = decode_kernel<StateT, ActT, N, REPLAY, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
-  return launch_unit_pipeline(
-      kernel, overhead, p, launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, p.batch, sms),
-      p.ngroups,
-      plan,
-      stream);
+  // Flush-only: blocks for 2 B / L rows per (group, chunk) (twice the rows that flush in a step with staggered
+  // phases), and the launch shape of that many rows.
+  const long long rows = flush_only ? std::min<long long>(p.batch, std::max(1, (2 * p.batch + L - 1) / std::max(L, 1)))
+                                    : p.batch;
+  Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, rows, sms);
+  shape.flush_only = flush_only;
+  return launch_unit_pipeline(kernel, overhead, p, shape, p.ngroups, plan, stream, rows);
+}
+
+// Whether the replay step splits into the flush launch and the output-only launch (output_only.cuh). The split
+// exists for the formats that route reads (the fp32 checkpoint, or an nvfp4 copy) with bf16 / fp16 activations
+// and d_state 128; output_only::heads_per_block() checks the rest. By default it is taken for the nvfp4 copy when
+// the output-only launch has at least two blocks per multiprocessor (smaller batches keep the combined kernel,
+// which splits heads into tiles). fp32 reads keep the combined kernel: measured on the H200 (docs/mamba2.md,
+// benchmarks/routes_ab.md), the split's faster output-only rows do not pay for the flush launch, whose few rows
+// run alone instead of beside the output-only rows. RSSM_ROUTES=split / combined in the environment forces one
+// or the other where both exist (A/B measurements, the tests that compare both; read at every launch).
+template <typename StateT, typename ActT, int N, typename CopyT>
+constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
+                              (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
+inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms, bool nvfp4) {
+  const char* v = std::getenv("RSSM_ROUTES");
+  const std::string forced = v ? v : "";
+  if (hpb <= 0 || forced == "combined") return 0;
+  if (forced == "split") return hpb;
+  return nvfp4 && static_cast<long long>(p.batch) * (p.nheads / hpb) >= 2LL * sms ? hpb : 0;
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
@@ -687,6 +795,20 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     // The conventional step: one warp per tile of state rows (mamba2/conventional.cuh), bit-identical to
     // launch_mode<..., false, void>, which the replay kernel's L = 1 semantics are tested against.
     if (p.mode != RSSM_MAMBA2_REPLAY) return launch_conventional_warp<StateT, ActT, N>(p, stream);
+  }
+  if constexpr (kSplitRoutes<StateT, ActT, N, CopyT>) {
+    int smem_per_sm = 0, sms = 0;
+    cudaError_t err = device_smem_per_sm(smem_per_sm);
+    if (err == cudaSuccess) err = device_sms(sms);
+    if (err != cudaSuccess) return err;
+    const int hpb = output_only_heads(p, output_only::heads_per_block<ActT>(p, smem_per_sm), sms,
+                                      std::is_same_v<CopyT, nvfp4x2>);
+    if (hpb > 0) {  // flush rows first (cursors untouched), then every other row and every cursor
+      err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
+      if (err != cudaSuccess) return err;
+      using Fmt = std::conditional_t<std::is_void_v<CopyT>, output_only::Fp32Read, output_only::Nvfp4Mma>;
+      return output_only::launch<ActT, Fmt>(p, hpb, stream);
+    }
   }
   return launch_mode<StateT, ActT, N, true, CopyT>(p, stream);
 }

@@ -1,0 +1,422 @@
+// Mamba-2 ReplaySSM: the output-only route as its own kernel (the non-flush rows of a replay step), launched
+// after the flush route (decode.cuh's decode_kernel restricted to flush rows). docs/mamba2.md has the maths and
+// the measurements that chose this split.
+//
+// Why a kernel of its own: the flush route needs the checkpoint in the unit pipeline's thread mapping (a thread
+// owns whole 16-byte vectors of its rows to rebuild and store them), and the combined kernel made the
+// output-only route live with that mapping, its per-unit prologue and its per-row epilogue. This route only reads:
+//   - One block per (batch row, group, chunk of `hpb` heads of the group). The prologue stages what depends on the
+//     ring (the group's B records, the chunk heads' x records), computes B_j·C and the window weights once, then
+//     the part of each row's output that does not depend on the checkpoint, once per row:
+//         pre[r] = D x[r] + sum_pos coef_pos x_pos[r]   (coef_pos = w_j (B_j·C) by ring position, 0 outside)
+//         gate[r] = silu(z[r])
+//     and writes the current x into its ring record (coalesced, once per head).
+//   - Each warp then streams its rows of the read tile: y[r] = (abar (S0·C)[r] + pre[r]) gate[r], four lanes
+//     per row and two shuffles. The first rows' loads are issued before the prologue (they depend on the slot
+//     only), so the prologue's latency hides behind them.
+//   - Rows whose head flushes are skipped (the flush launch wrote them); this launch writes every head's cursor
+//     (history + 1, or 0 for a flush head): the flush launch leaves the cursor alone so that both launches see
+//     the same history.
+// Read formats (Fmt):
+//   - Fp32Read: the fp32 checkpoint; a lane's 32 columns are 16 q + 4 cl + e (q < 8, e < 4), so that the four
+//     lanes of a row read 64 contiguous bytes per load instruction.
+//   - Nvfp4Mma: the nvfp4 read copy on the tensor cores (mma.m16n8k32, e4m3 operands; described below).
+// Same results as the combined kernel's output-only rows up to the order of fp32 sums; same writes.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "replayssm/common/async_copy.cuh"
+#include "replayssm/common/decode_tiling.cuh"
+#include "replayssm/common/math.cuh"
+#include "replayssm/mamba2/params.h"
+
+namespace replayssm {
+namespace mamba2 {
+namespace output_only {
+
+constexpr int kN = 128;           // d_state of this route (others take the combined kernel)
+constexpr int kWarps = 8;         // warps per block
+constexpr int kMaxHeads = 16;     // heads per block
+constexpr int kMaxLen = 32;       // L of this route (one lane per ring record in the weights' scan)
+constexpr int kRowQuantum = 128;  // a block's rows (heads x P) are a multiple: whole 16-row steps per warp
+
+// Shared memory of one block, byte offsets (each 16-byte aligned).
+struct Smem {
+  int ring_B, ring_x, x, z, C, coef, gscale, pre, gate, frag, bytes;
+};
+__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes) {
+  Smem s{};
+  int off = 0;
+  auto take = [&](int bytes) {
+    const int at = off;
+    off += round_up(bytes, 16);
+    return at;
+  };
+  s.ring_B = take(L * kN * act_bytes);        // [L][N] the group's ring of B records
+  s.ring_x = take(heads * L * P * act_bytes);  // [heads][L][P] the chunk heads' ring of x records
+  s.x = take(heads * P * act_bytes);           // [heads * P]
+  s.z = take(heads * P * act_bytes);           // [heads * P]
+  s.C = take(kN * 4);                          // [N] fp32
+  s.coef = take(heads * L * 4);                // [heads][L] w_j (B_j·C) by ring position
+  s.gscale = take(heads * P);                  // [heads * P / 4] fp32 group scales (nvfp4)
+  s.pre = take(heads * P * 4);                 // [heads * P] D x + the window's sum
+  s.gate = take(heads * P * 4);                // [heads * P] silu(z), or 1
+  s.frag = take(kWarps * 32 * 4);              // [256] words of B fragments (nvfp4)
+  s.bytes = off;
+  return s;
+}
+
+// ---- Read formats. A warp step covers kRows rows (8: one row per lane; 16: the m16n8k32 tile, rows g and
+// g + 8 of lane (g, c)); the four lanes of a row are lane % 4 in both, so a row's partials sum with two shuffles.
+// load() takes the step's first row (a global row index: (slot, head, row) flattened), dot() gives the lane's
+// partial dots (for nvfp4 with the group scale applied; `gs` points at the step's first row's group scale).
+
+struct Fp32Read {
+  static constexpr int kRows = 8, kBatch = 2;
+  struct Regs {
+    float4 v[8];
+  };
+  struct Ctx {
+    float C[32];
+  };
+  __device__ static void prepare(const float*, uint32_t*) {}
+  __device__ static Ctx context(const float* C_s, const uint32_t*, int lane) {
+    Ctx c;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) c.C[k] = C_s[(k / 4) * 16 + (lane % 4) * 4 + k % 4];
+    return c;
+  }
+  __device__ static Regs load(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
+    Regs r;
+    const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.state) + (row0 + lane / 4) * kN) +
+                        lane % 4;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) r.v[q] = __ldcs(src + q * 4);
+    return r;
+  }
+  __device__ static void dot(const Regs& r, const Ctx& c, int, const float*, float (&part)[1]) {
+    float d = 0.f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      d = fmaf(r.v[q].x, c.C[4 * q], d);
+      d = fmaf(r.v[q].y, c.C[4 * q + 1], d);
+      d = fmaf(r.v[q].z, c.C[4 * q + 2], d);
+      d = fmaf(r.v[q].w, c.C[4 * q + 3], d);
+    }
+    part[0] = d;
+  }
+};
+
+// nvfp4 read copy (quant.py's format: e2m1 codes two per byte, an e4m3 scale per 16 elements, an fp32 scale per
+// 4 rows) on the tensor cores, mma.m16n8k32 with e4m3 operands:
+//   - A: 16 rows x 32 columns of codes as e4m3 bytes. A code's magnitude bits go to bits 2-4 and its sign to bit
+//     7, a few integer operations per word: the e4m3 value is the e2m1 value times 2^-6, exactly.
+//   - B: C split into two e4m3 terms, hi = e4m3(C sC) and lo = e4m3(16 (C sC - hi)), sC a power of two putting
+//     max |C| below 448: the pair holds a bf16 / fp16 C's significant bits exactly (down to e4m3's subnormal
+//     range, 2^-9 of the largest term). One B column per (term, quarter of the row's columns), so that every
+//     D column sums elements of one block scale: the block scales apply to D, per row.
+//   - Lane (g, c) loads 16 bytes of codes of rows g and g + 8 (columns 32 c .. 32 c + 31) and the 4 block
+//     scales its D columns need. k is permuted freely (only A and B see it): chunk q of the tile takes word q of
+//     every lane's 16 bytes, its even elements at k slots 4 c + i, its odd ones at 16 + 4 c + i. Chunks 0, 1
+//     lie in blocks 2 c (accumulator 0), chunks 2, 3 in blocks 2 c + 1 (accumulator 1). Lane (g, c) holds D
+//     columns 2 c, 2 c + 1: term c / 2, quarters 2 (c % 2) + e, whose blocks 4 (c % 2) + 2 e + h are bytes
+//     2 e + h of the row's block-scale word c % 2.
+// The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
+// chain over the dequantised copy by the order (and accumulator rounding) of the sum.
+__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  __trap();  // e4m3 MMA needs sm_89 or later; the library targets sm_90 and later
+#else
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+// Eight e2m1 codes (a word, element j in nibble j) as e4m3 bytes: the even elements (0, 2, 4, 6), the odd ones.
+__device__ __forceinline__ uint32_t e2m1_even_to_e4m3(uint32_t w) {
+  return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+}
+__device__ __forceinline__ uint32_t e2m1_odd_to_e4m3(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+struct Nvfp4Mma {
+  static constexpr int kRows = 16, kBatch = 4;
+  struct Regs {
+    uint4 c0, c1;     // codes of rows g and g + 8, columns 32 c .. 32 c + 31
+    uint32_t s0, s1;  // block scales of rows g and g + 8, blocks 4 (c % 2) .. + 3
+  };
+  struct Ctx {
+    uint32_t b[4][2];  // B fragments of chunks 0..3
+    float unscale;     // 2^6 / sC times this lane's term weight (1 or 1/16)
+  };
+  // sC from max |C| (every warp reads the same 128 values of C_s, so every warp finds the same sC).
+  __device__ static float c_scale(const float* C_s) {
+    const int lane = threadIdx.x % 32;
+    float m = 0.f;
+#pragma unroll
+    for (int e = 0; e < kN / 32; ++e) m = fmaxf(m, fabsf(C_s[lane * (kN / 32) + e]));
+    m = group_max<32>(m);
+    return m > 0.f ? exp2f(floorf(log2f(448.f / m))) : 1.f;
+  }
+  // The block's B fragments, once: thread t builds word t % 8 (chunk q = word / 2, odd = word % 2) of lane t / 8.
+  __device__ static void prepare(const float* C_s, uint32_t* frag_s) {
+    const float sC = c_scale(C_s);
+    const int t = threadIdx.x, ln = t / 8, word = t % 8, q = word / 2, odd = word % 2;
+    const int n = ln / 4, c = ln % 4, term = n / 4, quarter = n % 4;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float cs = C_s[32 * c + 8 * q + 2 * i + odd] * sC;
+      v[i] = c != quarter ? 0.f : term == 0 ? cs : 16.f * (cs - to_float(from_float<__nv_fp8_e4m3>(cs)));
+    }
+    frag_s[t] = pack_e4m3x4(v[0], v[1], v[2], v[3]);
+  }
+  __device__ static Ctx context(const float* C_s, const uint32_t* frag_s, int lane) {
+    Ctx x;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) x.b[w / 2][w % 2] = frag_s[lane * 8 + w];
+    x.unscale = 64.f / c_scale(C_s) * (lane % 4 < 2 ? 1.f : 1.f / 16.f);
+    return x;
+  }
+  __device__ static Regs load(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
+    const int64_t row = row0 + lane / 4;
+    const int c = lane % 4;
+    const uint8_t* codes = static_cast<const uint8_t*>(p.read_state);
+    const uint8_t* bscale = static_cast<const uint8_t*>(p.read_block_scale);
+    Regs r;
+    r.c0 = __ldcs(reinterpret_cast<const uint4*>(codes + row * (kN / 2) + c * 16));
+    r.c1 = __ldcs(reinterpret_cast<const uint4*>(codes + (row + 8) * (kN / 2) + c * 16));
+    r.s0 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + row * (kN / 16) + (c % 2) * 4));
+    r.s1 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + (row + 8) * (kN / 16) + (c % 2) * 4));
+    return r;
+  }
+  __device__ static void dot(const Regs& r, const Ctx& x, int lane, const float* gs, float (&part)[2]) {
+    const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
+    float d[2][4] = {};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t a[4] = {e2m1_even_to_e4m3(w0[q]), e2m1_even_to_e4m3(w1[q]), e2m1_odd_to_e4m3(w0[q]),
+                             e2m1_odd_to_e4m3(w1[q])};
+      mma_e4m3_m16n8k32(d[q / 2], a, x.b[q][0], x.b[q][1]);
+    }
+    // Row g: D[h][e] (e = column of the lane's pair, h = accumulator) times block-scale byte 2 e + h.
+    const float2 g01 = e4m3x2_to_float2(r.s0 & 0xffffu), g23 = e4m3x2_to_float2(r.s0 >> 16);
+    const float2 e01 = e4m3x2_to_float2(r.s1 & 0xffffu), e23 = e4m3x2_to_float2(r.s1 >> 16);
+    float pg = d[0][0] * g01.x;
+    pg = fmaf(d[1][0], g01.y, pg);
+    pg = fmaf(d[0][1], g23.x, pg);
+    pg = fmaf(d[1][1], g23.y, pg);
+    float p8 = d[0][2] * e01.x;
+    p8 = fmaf(d[1][2], e01.y, p8);
+    p8 = fmaf(d[0][3], e23.x, p8);
+    p8 = fmaf(d[1][3], e23.y, p8);
+    const int g = lane / 4;
+    part[0] = pg * x.unscale * gs[g / 4];
+    part[1] = p8 * x.unscale * gs[(g + 8) / 4];
+  }
+};
+
+template <typename ActT, typename Fmt>
+__global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p,
+                                                                     const int hpb) {
+  constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8;
+  constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
+  const int b = blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
+  const int group = blockIdx.x / chunks, chunk = blockIdx.x - group * chunks;
+  const int H = p.nheads, head0 = group * hpg + chunk * hpb, L = p.buffer_len, P = p.head_dim;
+  const int ldt = round_up(L, 4);
+  const int slot = p.slot_idx ? p.slot_idx[b] : b;
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  extern __shared__ __align__(16) char smem[];
+  const Smem sp = smem_layout(L, hpb, P, sizeof(ActT));
+  ActT* const rB_s = reinterpret_cast<ActT*>(smem + sp.ring_B);
+  ActT* const rx_s = reinterpret_cast<ActT*>(smem + sp.ring_x);
+  ActT* const x_s = reinterpret_cast<ActT*>(smem + sp.x);
+  ActT* const z_s = reinterpret_cast<ActT*>(smem + sp.z);
+  float* const C_s = reinterpret_cast<float*>(smem + sp.C);
+  float* const coef_s = reinterpret_cast<float*>(smem + sp.coef);
+  float* const gs_s = reinterpret_cast<float*>(smem + sp.gscale);
+  float* const pre_s = reinterpret_cast<float*>(smem + sp.pre);
+  float* const gate_s = reinterpret_cast<float*>(smem + sp.gate);
+  uint32_t* const frag_s = reinterpret_cast<uint32_t*>(smem + sp.frag);
+  __shared__ float s_bc[kMaxLen + 1];
+  __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads];
+  __shared__ int s_hist[kMaxHeads], s_origin[kMaxHeads];
+
+  const int64_t sg = static_cast<int64_t>(slot) * p.ngroups + group, sh0 = static_cast<int64_t>(slot) * H + head0;
+  const ActT* const x_b = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head0 * p.x_head_stride;
+  const ActT* const z_b = p.z ? static_cast<const ActT*>(p.z) + b * p.z_batch_stride + head0 * p.z_head_stride : nullptr;
+  ActT* const y_b = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
+  ActT* const ring_x = static_cast<ActT*>(p.ring_x);
+  int32_t* const cursor = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;  // of (slot, head0)
+  {
+    auto copy16 = [&](void* dst, const void* src, int bytes) {
+      for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+        cp_async<16>(static_cast<char*>(dst) + i * 16, static_cast<const char*>(src) + i * 16);
+    };
+    const int act = sizeof(ActT);
+    copy16(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
+    copy16(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
+    for (int hh = 0; hh < hpb; ++hh) {
+      copy16(x_s + hh * P, x_b + hh * p.x_head_stride, P * act);
+      if (z_b) copy16(z_s + hh * P, z_b + hh * p.z_head_stride, P * act);
+    }
+    if (kNvfp4)  // 4-byte aligned (the ABI promises no more)
+      for (int i = threadIdx.x; i < hpb * P / 4; i += blockDim.x) cp_async<4>(gs_s + i, p.read_scale + sh0 * P / 4 + i);
+    cp_async_commit();
+  }
+  // The first rows' loads go out now: they depend on the slot only, not on the cursor or the prologue.
+  const int rpw = hpb * P / kWarps, steps = rpw / kRows;
+  const int64_t warp_row0 = sh0 * P + warp * rpw;  // (slot, head0 + row / P, row % P) flattened
+  typename Fmt::Regs regs[kBatch];
+#pragma unroll
+  for (int k = 0; k < kBatch; ++k)
+    if (k < steps) regs[k] = Fmt::load(p, warp_row0 + k * kRows, lane);
+
+  const ActT* const Cg = static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride;
+  const ActT* const Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
+  for (int n = threadIdx.x; n < kN; n += blockDim.x) C_s[n] = to_float(Cg[n]);
+  if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), processed dt
+    const int32_t* cur = cursor + threadIdx.x * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    const int head = head0 + threadIdx.x;
+    s_hist[threadIdx.x] = min(max(cur[RSSM_CURSOR_HISTORY], 0), L - 1);
+    const int o = cur[RSSM_CURSOR_ORIGIN];
+    s_origin[threadIdx.x] = (o < 0 || o >= L) ? ((o % L) + L) % L : o;
+    float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
+    dt += p.dt_bias ? p.dt_bias[head] : 0.f;
+    s_dt[threadIdx.x] = p.dt_softplus ? softplus_thresholded(dt) : dt;
+  }
+  cp_async_wait_group<0>();
+  __syncthreads();
+  // B·C of every ring position (by position) and of the current token (index L): a warp per position.
+  for (int j = warp; j <= L; j += kWarps) {
+    float d = 0.f;
+#pragma unroll
+    for (int e = 0; e < kN / 32; ++e) {
+      const int n = lane * (kN / 32) + e;
+      d = fmaf(to_float(j < L ? rB_s[j * kN + n] : Bg[n]), C_s[n], d);
+    }
+    d = group_sum<32>(d);
+    if (lane == 0) s_bc[j] = d;
+  }
+  __syncthreads();
+  // Window weights, one warp per head (decode.cuh's prologue), and the current x into its ring record: in shared
+  // memory (the window below) and, for a non-flush head, in the pool.
+  for (int hh = warp; hh < hpb; hh += kWarps) {
+    const int head = head0 + hh, hist = s_hist[hh], origin = s_origin[hh];
+    const float A = p.A[head], dt = s_dt[hh];
+    const float* rdt = p.ring_dt + (sh0 + hh) * ldt;
+    const int j = lane;
+    const float dtj = j > hist ? 0.f : (j == hist ? dt : rdt[ring_pos(origin, j, L)]);
+    float ex, total;
+    warp_suffix_sums(dtj, ex, total);
+    const float w = dtj * expf(A * ex);
+    if (j < L) {
+      const float bc = j > hist ? 0.f : (j == hist ? s_bc[L] : s_bc[ring_pos(origin, j, L)]);
+      coef_s[hh * L + ring_pos(origin, j, L)] = w * bc;
+    }
+    if (lane == 0) s_abar[hh] = expf(A * total);
+    const int pos_cur = ring_pos(origin, hist, L);
+    ActT* const rx_g = ring_x + ((sh0 + hh) * L + pos_cur) * P;
+    for (int c = lane; c < P * static_cast<int>(sizeof(ActT)) / 16; c += 32) {
+      const uint4 v = reinterpret_cast<const uint4*>(x_s + hh * P)[c];
+      reinterpret_cast<uint4*>(rx_s + (hh * L + pos_cur) * P)[c] = v;
+      if (hist < L - 1) reinterpret_cast<uint4*>(rx_g)[c] = v;  // WRITES ring_x[slot, head, pos_cur, :]
+    }
+  }
+  Fmt::prepare(C_s, frag_s);
+  __syncthreads();
+  // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z).
+  for (int lrow = threadIdx.x; lrow < hpb * P; lrow += blockDim.x) {
+    const int hh = lrow / P, r = lrow - hh * P;
+    const ActT* rx = rx_s + hh * L * P + r;
+    const float* coef = coef_s + hh * L;
+    float w = 0.f;
+    for (int pos = 0; pos < L; ++pos) w = fmaf(coef[pos], to_float(rx[pos * P]), w);
+    pre_s[lrow] = fmaf(p.D ? p.D[head0 + hh] : 0.f, to_float(x_s[lrow]), w);
+    gate_s[lrow] = z_b ? silu_gate(to_float(z_s[lrow])) : 1.f;
+  }
+  __syncthreads();
+  const typename Fmt::Ctx ctx = Fmt::context(C_s, frag_s, lane);
+
+  for (int s0 = 0; s0 < steps; s0 += kBatch) {
+    if (s0 > 0) {
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (s0 + k < steps) regs[k] = Fmt::load(p, warp_row0 + (s0 + k) * kRows, lane);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (s0 + k >= steps) break;
+      const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = lrow0 / P;  // a step's rows share a head
+      if (s_hist[hh] == L - 1) continue;                                  // a flush head
+      float part[RPL];
+      Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / 4, part);
+      const float abar = s_abar[hh];
+#pragma unroll
+      for (int i = 0; i < RPL; ++i) {
+        float v = part[i];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        const int lrow = lrow0 + lane / 4 + 8 * i, r = lrow - hh * P;
+        if (lane % 4 == 0)  // WRITES y[b, head, r]
+          y_b[hh * p.y_head_stride + r] = from_float<ActT>(fmaf(abar, v, pre_s[lrow]) * gate_s[lrow]);
+      }
+    }
+  }
+  // Per head: ring dt and the cursor (every replica; a flush head's history goes back to 0); per group: the ring
+  // B record (the group's first block, by its first head, as decode.cuh).
+  if (threadIdx.x < hpb) {
+    const int hh = threadIdx.x, hist = s_hist[hh], flush = hist == L - 1;
+    if (!flush) p.ring_dt[(sh0 + hh) * ldt + ring_pos(s_origin[hh], hist, L)] = s_dt[hh];  // WRITES ring_dt
+    int32_t* cur = cursor + hh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    for (int rep = 0; rep < RSSM_CURSOR_REPLICAS; ++rep)  // WRITES cursor history
+      cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;
+  }
+  if (chunk == 0 && s_hist[0] < L - 1) {
+    ActT* rB = static_cast<ActT*>(p.ring_B) + (sg * L + ring_pos(s_origin[0], s_hist[0], L)) * kN;
+    for (int n = threadIdx.x; n < kN; n += blockDim.x) rB[n] = Bg[n];  // WRITES ring_B[slot, group, pos, :]
+  }
+}
+
+// Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): d_state
+// 128, L <= 32, bf16 / fp16 activations, and a block of the most heads (<= 16, dividing the heads per group)
+// whose rows are whole 16-row steps per warp and whose shared memory leaves two blocks per multiprocessor.
+template <typename ActT>
+inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) {
+  if (sizeof(ActT) != 2 || p.dstate != kN || p.buffer_len < 2 || p.buffer_len > kMaxLen) return 0;
+  const int hpg = p.nheads / p.ngroups;
+  for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
+    if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum) continue;
+    if (2 * (smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT)).bytes + 2048) <= smem_per_sm) return hpb;
+  }
+  return 0;
+}
+
+template <typename ActT, typename Fmt>
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, cudaStream_t stream) {
+  const auto kernel = output_only_kernel<ActT, Fmt>;
+  const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT)).bytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
+  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb);
+  return cudaGetLastError();
+}
+
+}  // namespace output_only
+}  // namespace mamba2
+}  // namespace replayssm
