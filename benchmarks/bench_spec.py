@@ -75,6 +75,28 @@ MAMBA2_SHAPES = {
 }
 
 
+def accepted_counts(T, batch, dev):
+    """A function giving the next of ACCEPT_TABLES random tables of accepted counts (1..T per row) on each call:
+    the captured steps commit varying counts without a host sync."""
+    tables = [torch.randint(1, T + 1, (batch,), device=dev, dtype=torch.int32) for _ in range(ACCEPT_TABLES)]
+    turn = [0]
+
+    def next_accepted():
+        turn[0] += 1
+        return tables[turn[0] % ACCEPT_TABLES]
+
+    return next_accepted
+
+
+def point_row(family, shape_name, shape, batch, T, L, num_slots, bytes_fn):
+    """(the rows' steady-state histories, the result row with the point and its bytes model)."""
+    hist, flush_frac, mean_hist = cursor_chain(T, L, batch)
+    row = {"family": family, "shape": shape_name, "batch": batch, "T": T, "L": L, "slots": num_slots,
+           "flush_frac": flush_frac, "mean_hist": mean_hist}
+    row["bytes"] = bytes_fn(shape, T, L, flush_frac, mean_hist)
+    return hist, row
+
+
 def mamba2_bytes(shape: Mamba2LayerShape, T: int, L: int, flush_frac: float, mean_hist: float, act: int = 2,
                  state: int = 4) -> dict:
     """Bytes per row and step that each path must move through HBM (each read once, each write once)."""
@@ -108,17 +130,8 @@ def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L
     x1, z1, dt1, B1, C1 = (t[:, 0].contiguous() for t in (x, z, dt, B, C))
     idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
     out, out1 = torch.empty_like(x), torch.empty_like(x1)
-    tables = [torch.randint(1, T + 1, (batch,), device=dev, dtype=torch.int32) for _ in range(ACCEPT_TABLES)]
-    turn = [0]
-
-    def next_accepted():
-        turn[0] += 1
-        return tables[turn[0] % ACCEPT_TABLES]
-
-    hist, flush_frac, mean_hist = cursor_chain(T, L, batch)
-    row = {"family": "mamba2", "shape": shape_name, "batch": batch, "T": T, "L": L, "slots": num_slots,
-           "flush_frac": flush_frac, "mean_hist": mean_hist}
-    row["bytes"] = mamba2_bytes(shape, T, L, flush_frac, mean_hist)
+    next_accepted = accepted_counts(T, batch, dev)
+    hist, row = point_row("mamba2", shape_name, shape, batch, T, L, num_slots, mamba2_bytes)
 
     pool = Mamba2StatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
     pool.checkpoint.normal_()
@@ -200,17 +213,8 @@ def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int,
     q1, k1, v1, g1, beta1 = (t[:, 0].contiguous() for t in (q, k, v, g, beta))
     idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
     out, out1 = torch.empty_like(v), torch.empty_like(v1)
-    tables = [torch.randint(1, T + 1, (batch,), device=dev, dtype=torch.int32) for _ in range(ACCEPT_TABLES)]
-    turn = [0]
-
-    def next_accepted():
-        turn[0] += 1
-        return tables[turn[0] % ACCEPT_TABLES]
-
-    hist, flush_frac, mean_hist = cursor_chain(T, L, batch)
-    row = {"family": "gdn", "shape": shape_name, "batch": batch, "T": T, "L": L, "slots": num_slots,
-           "flush_frac": flush_frac, "mean_hist": mean_hist}
-    row["bytes"] = gdn_bytes(shape, T, L, flush_frac, mean_hist)
+    next_accepted = accepted_counts(T, batch, dev)
+    hist, row = point_row("gdn", shape_name, shape, batch, T, L, num_slots, gdn_bytes)
 
     pool = GdnStatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
     pool.checkpoint.normal_()

@@ -67,12 +67,7 @@ static rssm_status validate(const rssm_conv1d_params& p) {
   if (p.num_tokens < 1 || p.num_tokens > kMaxTokens)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_tokens=%d is out of range (1..%d)", p.num_tokens, kMaxTokens);
   if (p.channels < 1) return fail(RSSM_ERR_INVALID_ARGUMENT, "channels=%d must be positive", p.channels);
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (const rssm_status bad = check_dtype("state_dtype", p.state_dtype)) return bad;
   const bool commit = p.mode == RSSM_CONV1D_COMMIT;
   const int64_t width = p.kernel_size - 1 + (p.mode == RSSM_CONV1D_UPDATE ? 0 : p.num_tokens);

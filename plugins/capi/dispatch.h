@@ -58,6 +58,83 @@ inline rssm_status check_dtype(const char* name, int dtype) {
   return fail(RSSM_ERR_INVALID_ARGUMENT, "%s=%d is not supported (supported: fp32, fp16, bf16)", name, dtype);
 }
 
+// The batch and the slots: "batch=<b> is out of range (0..65535)", "num_slots=<n> is negative", "batch=<b>
+// exceeds num_slots=<n> and no slot_idx was given".
+inline rssm_status check_batch(int batch, int num_slots, const void* slot_idx) {
+  if (batch < 0 || batch > 65535) return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", batch);
+  if (num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", num_slots);
+  if (!slot_idx && batch > num_slots)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", batch,
+                num_slots);
+  return RSSM_OK;
+}
+
+// Speculative window and ring: "window=<T> is out of range (<min>..<max> tokens per row)"; with a ring (replay),
+// "buffer_len=<L> is out of range for window=<T> (<2T>..<max>: ...)".
+inline rssm_status check_window(int window, int min_window, int max_window, int buffer_len, bool replay,
+                                int max_buffer_len) {
+  if (window < min_window || window > max_window)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "window=%d is out of range (%d..%d tokens per row)", window, min_window,
+                max_window);
+  if (replay && (buffer_len < 2 * window || buffer_len > max_buffer_len))
+    return fail(RSSM_ERR_INVALID_ARGUMENT,
+                "buffer_len=%d is out of range for window=%d (%d..%d: the ring holds the committed history and a "
+                "window of drafts)",
+                buffer_len, window, 2 * window, max_buffer_len);
+  return RSSM_OK;
+}
+
+// A pointer of the params with its name, for the checks below.
+struct NamedPtr {
+  const void* ptr;
+  const char* name;
+};
+
+// Every pointer set ("<name> is NULL", then " (<why>)" when `why` is given); with `aligned`, then every pointer
+// on 16 bytes ("<name> is not 16-byte aligned").
+template <size_t K>
+rssm_status check_pointers(const NamedPtr (&ptrs)[K], const char* why = nullptr, bool aligned = false) {
+  for (const NamedPtr& r : ptrs) {
+    if (r.ptr) continue;
+    if (why) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (%s)", r.name, why);
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  }
+  if (aligned)
+    for (const NamedPtr& r : ptrs)
+      if (!aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
+  return RSSM_OK;
+}
+
+// An activation tensor whose rows start on 16 bytes: its pointer and its NS outer strides (in elements).
+template <int NS>
+struct RowsOf {
+  const void* ptr;
+  int64_t strides[NS];
+  const char* name;
+};
+
+// Pointer and strides of every tensor a multiple of 16 bytes (elements of elem_bytes): "<name> rows must be
+// 16-byte aligned (pointer ..., strides ... elements of ... bytes)". NULL tensors (optional inputs) pass.
+template <int NS, size_t K>
+rssm_status check_rows16(const RowsOf<NS> (&rows)[K], int64_t elem_bytes) {
+  static_assert(NS == 2 || NS == 3, "2 or 3 outer strides");
+  for (const RowsOf<NS>& t : rows) {
+    bool ok = !t.ptr || aligned16(t.ptr);
+    for (int i = 0; i < NS; ++i) ok = ok && (!t.ptr || (t.strides[i] * elem_bytes) % 16 == 0);
+    if (ok) continue;
+    const long long s0 = t.strides[0], s1 = t.strides[1], eb = elem_bytes;
+    if constexpr (NS == 2)
+      return fail(RSSM_ERR_INVALID_ARGUMENT,
+                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld elements of %lld bytes)", t.name,
+                  t.ptr, s0, s1, eb);
+    else
+      return fail(RSSM_ERR_INVALID_ARGUMENT,
+                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld, %lld elements of %lld bytes)",
+                  t.name, t.ptr, s0, s1, static_cast<long long>(t.strides[NS - 1]), eb);
+  }
+  return RSSM_OK;
+}
+
 // The first check of every entry point: a params pointer of the library's struct size.
 template <typename Params>
 rssm_status check_params(const Params* params, size_t params_size) {

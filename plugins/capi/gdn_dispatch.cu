@@ -42,12 +42,7 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
                 p.num_v_heads, p.num_k_heads);
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.mode == RSSM_GDN_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);
   // The kernels address within a slot and within a batch row with 32-bit offsets.
@@ -58,13 +53,8 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
     if (hs < 0 || hs * p.num_v_heads >= (int64_t{1} << 31))
       return fail(RSSM_ERR_INVALID_ARGUMENT, "head stride %lld of v or y is negative or spans 2^31 elements",
                   static_cast<long long>(hs));
-  struct Named {
-    const void* ptr;
-    const char* name;
-  };
-  const Named required[] = {{p.state, "state"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.y, "y"}};
-  for (const Named& r : required)
-    if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  const NamedPtr required[] = {{p.state, "state"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.y, "y"}};
+  if (const rssm_status st = check_pointers(required)) return st;
   if (p.per_channel_decay != 0 && p.per_channel_decay != 1)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "per_channel_decay=%d is not supported (0 = GDN, 1 = KDA)",
                 p.per_channel_decay);
@@ -72,13 +62,11 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
     return fail(RSSM_ERR_INVALID_ARGUMENT, "qk_flags=%d is not supported (bits: 1 = L2 norm, 2 = scale q)",
                 p.qk_flags);
   if (p.gate_mode == RSSM_GDN_GATES_PRECOMPUTED) {
-    const Named gates[] = {{p.g, "g"}, {p.beta, "beta"}};
-    for (const Named& r : gates)
-      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by precomputed gates)", r.name);
+    const NamedPtr gates[] = {{p.g, "g"}, {p.beta, "beta"}};
+    if (const rssm_status st = check_pointers(gates, "required by precomputed gates")) return st;
   } else if (p.gate_mode == RSSM_GDN_GATES_RAW) {
-    const Named gates[] = {{p.a, "a"}, {p.b, "b"}, {p.A_log, "A_log"}, {p.dt_bias, "dt_bias"}};
-    for (const Named& r : gates)
-      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by raw gates)", r.name);
+    const NamedPtr gates[] = {{p.a, "a"}, {p.b, "b"}, {p.A_log, "A_log"}, {p.dt_bias, "dt_bias"}};
+    if (const rssm_status st = check_pointers(gates, "required by raw gates")) return st;
     if (const rssm_status st = check_dtype("gate_dtype", p.gate_dtype)) return st;
     if (const rssm_status st = check_dtype("gate_param_dtype", p.gate_param_dtype)) return st;
   } else {
@@ -88,27 +76,13 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   // Rows of q, k are read with vector loads, rows of v with 8-byte asynchronous copies.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
-  struct Rows {
-    const void* ptr;
-    int64_t stride0, stride1;
-    const char* name;
-  };
-  const Rows rows[] = {{p.q, p.q_batch_stride, p.q_head_stride, "q"},
-                       {p.k, p.k_batch_stride, p.k_head_stride, "k"},
-                       {p.v, p.v_batch_stride, p.v_head_stride, "v"}};
-  for (const Rows& t : rows) {
-    if (!aligned16(t.ptr) || (t.stride0 * act_bytes) % 16 || (t.stride1 * act_bytes) % 16)
-      return fail(RSSM_ERR_INVALID_ARGUMENT,
-                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld elements of %lld bytes)", t.name,
-                  t.ptr, static_cast<long long>(t.stride0), static_cast<long long>(t.stride1),
-                  static_cast<long long>(act_bytes));
-  }
+  const RowsOf<2> rows[] = {{p.q, {p.q_batch_stride, p.q_head_stride}, "q"},
+                            {p.k, {p.k_batch_stride, p.k_head_stride}, "k"},
+                            {p.v, {p.v_batch_stride, p.v_head_stride}, "v"}};
+  if (const rssm_status st = check_rows16(rows, act_bytes)) return st;
   if (p.mode == RSSM_GDN_REPLAY) {
-    const Named ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
-    for (const Named& r : ring) {
-      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay mode)", r.name);
-      if (!aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
-    }
+    const NamedPtr ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
+    if (const rssm_status st = check_pointers(ring, "required by replay mode", true)) return st;
   }
   return RSSM_OK;
 }

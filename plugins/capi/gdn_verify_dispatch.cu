@@ -48,58 +48,28 @@ static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
   if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
                 p.num_v_heads, p.num_k_heads);
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
-  if (p.window < kMinWindow || p.window > kMaxWindow)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "window=%d is out of range (%d..%d tokens per row)", p.window, kMinWindow,
-                kMaxWindow);
-  if (replay && (p.buffer_len < 2 * p.window || p.buffer_len > kMaxBufferLen))
-    return fail(RSSM_ERR_INVALID_ARGUMENT,
-                "buffer_len=%d is out of range for window=%d (%d..%d: the ring holds the committed history and a "
-                "window of drafts)",
-                p.buffer_len, p.window, 2 * p.window, kMaxBufferLen);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
+  if (const rssm_status st = check_window(p.window, kMinWindow, kMaxWindow, p.buffer_len, replay, kMaxBufferLen))
+    return st;
   if (static_cast<int64_t>(p.num_v_heads) * p.head_v_dim * p.head_k_dim >= (int64_t{1} << 31))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads * head_v_dim * head_k_dim exceeds 2^31 - 1 elements per slot");
-  struct Named {
-    const void* ptr;
-    const char* name;
-  };
-  const Named required[] = {{p.state, "state"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"},
-                            {p.g, "g"},         {p.beta, "beta"}, {p.y, "y"}};
-  for (const Named& r : required)
-    if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  const NamedPtr required[] = {{p.state, "state"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"},
+                               {p.g, "g"},         {p.beta, "beta"}, {p.y, "y"}};
+  if (const rssm_status st = check_pointers(required)) return st;
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   if (replay) {
-    const Named ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
-    for (const Named& r : ring) {
-      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay verify)", r.name);
-      if (!aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
-    }
+    const NamedPtr ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
+    if (const rssm_status st = check_pointers(ring, "required by replay verify", true)) return st;
   } else {
-    if (!p.snapshots) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is NULL (required by the snapshot path)");
-    if (!aligned16(p.snapshots)) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is not 16-byte aligned");
+    const NamedPtr snapshots[] = {{p.snapshots, "snapshots"}};
+    if (const rssm_status st = check_pointers(snapshots, "required by the snapshot path", true)) return st;
   }
   // Rows of q, k and v start on 16 bytes: they are read with vector loads and 16-byte asynchronous copies.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
-  struct Rows {
-    const void* ptr;
-    int64_t s0, s1, s2;
-    const char* name;
-  };
-  const Rows rows[] = {{p.q, p.q_batch_stride, p.q_token_stride, p.q_head_stride, "q"},
-                       {p.k, p.k_batch_stride, p.k_token_stride, p.k_head_stride, "k"},
-                       {p.v, p.v_batch_stride, p.v_token_stride, p.v_head_stride, "v"}};
-  for (const Rows& t : rows) {
-    if (!aligned16(t.ptr) || (t.s0 * act_bytes) % 16 || (t.s1 * act_bytes) % 16 || (t.s2 * act_bytes) % 16)
-      return fail(RSSM_ERR_INVALID_ARGUMENT,
-                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld, %lld elements of %lld bytes)",
-                  t.name, t.ptr, static_cast<long long>(t.s0), static_cast<long long>(t.s1),
-                  static_cast<long long>(t.s2), static_cast<long long>(act_bytes));
-  }
+  const RowsOf<3> rows[] = {{p.q, {p.q_batch_stride, p.q_token_stride, p.q_head_stride}, "q"},
+                            {p.k, {p.k_batch_stride, p.k_token_stride, p.k_head_stride}, "k"},
+                            {p.v, {p.v_batch_stride, p.v_token_stride, p.v_head_stride}, "v"}};
+  if (const rssm_status st = check_rows16(rows, act_bytes)) return st;
   return RSSM_OK;
 }
 

@@ -117,12 +117,7 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
     return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
   if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "ngroups=%d must be >= 1 and divide nheads=%d", p.ngroups, p.nheads);
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.mode == RSSM_MAMBA2_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);
   // The kernels address within a slot and within a batch row with 32-bit offsets.
@@ -134,42 +129,20 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
     if (hs < 0 || hs * p.nheads >= (int64_t{1} << 31))
       return fail(RSSM_ERR_INVALID_ARGUMENT, "head stride %lld of x, z or y is negative or spans 2^31 elements",
                   static_cast<long long>(hs));
-  struct Named {
-    const void* ptr;
-    const char* name;
-  };
-  const Named required[] = {{p.state, "state"}, {p.x, "x"}, {p.dt, "dt"}, {p.B, "B"},
-                            {p.C, "C"},         {p.A, "A"}, {p.y, "y"}};
-  for (const Named& r : required)
-    if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  const NamedPtr required[] = {{p.state, "state"}, {p.x, "x"}, {p.dt, "dt"}, {p.B, "B"},
+                               {p.C, "C"},         {p.A, "A"}, {p.y, "y"}};
+  if (const rssm_status st = check_pointers(required)) return st;
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   // Rows of x, z, B and C start on 16 bytes: B and C are read with vector loads.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
-  struct Rows {
-    const void* ptr;
-    int64_t stride0, stride1;
-    const char* name;
-  };
-  const Rows rows[] = {{p.x, p.x_batch_stride, p.x_head_stride, "x"},
-                       {p.z, p.z_batch_stride, p.z_head_stride, "z"},
-                       {p.B, p.B_batch_stride, p.B_group_stride, "B"},
-                       {p.C, p.C_batch_stride, p.C_group_stride, "C"}};
-  for (const Rows& t : rows) {
-    if (!t.ptr) continue;
-    if (!aligned16(t.ptr) || (t.stride0 * act_bytes) % 16 || (t.stride1 * act_bytes) % 16)
-      return fail(RSSM_ERR_INVALID_ARGUMENT,
-                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld elements of %lld bytes)", t.name,
-                  t.ptr, static_cast<long long>(t.stride0), static_cast<long long>(t.stride1),
-                  static_cast<long long>(act_bytes));
-  }
+  const RowsOf<2> rows[] = {{p.x, {p.x_batch_stride, p.x_head_stride}, "x"},
+                            {p.z, {p.z_batch_stride, p.z_head_stride}, "z"},
+                            {p.B, {p.B_batch_stride, p.B_group_stride}, "B"},
+                            {p.C, {p.C_batch_stride, p.C_group_stride}, "C"}};
+  if (const rssm_status st = check_rows16(rows, act_bytes)) return st;
   if (p.mode == RSSM_MAMBA2_REPLAY) {
-    const Named ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
-    for (const Named& r : ring)
-      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay mode)", r.name);
-    if (!aligned16(p.ring_B)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_B is not 16-byte aligned");
-    if (!aligned16(p.ring_x)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_x is not 16-byte aligned");
-    if (!aligned16(p.ring_dt)) return fail(RSSM_ERR_INVALID_ARGUMENT, "ring_dt is not 16-byte aligned");
-    if (!aligned16(p.cursor)) return fail(RSSM_ERR_INVALID_ARGUMENT, "cursor is not 16-byte aligned");
+    const NamedPtr ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
+    if (const rssm_status st = check_pointers(ring, "required by replay mode", true)) return st;
   }
   return validate_read_copy(p);
 }

@@ -48,62 +48,31 @@ static rssm_status validate_verify(const rssm_mamba2_verify_params& p) {
     return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
   if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "ngroups=%d must be >= 1 and divide nheads=%d", p.ngroups, p.nheads);
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
-  if (p.window < kMinWindow || p.window > kMaxWindow)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "window=%d is out of range (%d..%d tokens per row)", p.window, kMinWindow,
-                kMaxWindow);
-  if (replay && (p.buffer_len < 2 * p.window || p.buffer_len > kMaxBufferLen))
-    return fail(RSSM_ERR_INVALID_ARGUMENT,
-                "buffer_len=%d is out of range for window=%d (%d..%d: the ring holds the committed history and a "
-                "window of drafts)",
-                p.buffer_len, p.window, 2 * p.window, kMaxBufferLen);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
+  if (const rssm_status st = check_window(p.window, kMinWindow, kMaxWindow, p.buffer_len, replay, kMaxBufferLen))
+    return st;
   // The kernels address within a slot with 32-bit offsets.
   if (static_cast<int64_t>(p.nheads) * p.head_dim * p.dstate >= (int64_t{1} << 31))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads * head_dim * dstate = %lld exceeds 2^31 - 1 elements per slot",
                 static_cast<long long>(p.nheads) * p.head_dim * p.dstate);
-  struct Named {
-    const void* ptr;
-    const char* name;
-  };
-  const Named required[] = {{p.state, "state"}, {p.x, "x"}, {p.dt, "dt"}, {p.B, "B"},
-                            {p.C, "C"},         {p.A, "A"}, {p.y, "y"}};
-  for (const Named& r : required)
-    if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", r.name);
+  const NamedPtr required[] = {{p.state, "state"}, {p.x, "x"}, {p.dt, "dt"}, {p.B, "B"},
+                               {p.C, "C"},         {p.A, "A"}, {p.y, "y"}};
+  if (const rssm_status st = check_pointers(required)) return st;
   if (!aligned16(p.state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "state is not 16-byte aligned");
   if (replay) {
-    const Named ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
-    for (const Named& r : ring) {
-      if (!r.ptr) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL (required by replay verify)", r.name);
-      if (!aligned16(r.ptr)) return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned", r.name);
-    }
+    const NamedPtr ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
+    if (const rssm_status st = check_pointers(ring, "required by replay verify", true)) return st;
   } else {
-    if (!p.snapshots) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is NULL (required by the snapshot path)");
-    if (!aligned16(p.snapshots)) return fail(RSSM_ERR_INVALID_ARGUMENT, "snapshots is not 16-byte aligned");
+    const NamedPtr snapshots[] = {{p.snapshots, "snapshots"}};
+    if (const rssm_status st = check_pointers(snapshots, "required by the snapshot path", true)) return st;
   }
   // Rows of x, z, B and C start on 16 bytes: they are copied with vector and bulk copies.
   const int64_t act_bytes = p.act_dtype == RSSM_DTYPE_FP32 ? 4 : 2;
-  struct Rows {
-    const void* ptr;
-    int64_t s0, s1, s2;
-    const char* name;
-  };
-  const Rows rows[] = {{p.x, p.x_batch_stride, p.x_token_stride, p.x_head_stride, "x"},
-                       {p.z, p.z_batch_stride, p.z_token_stride, p.z_head_stride, "z"},
-                       {p.B, p.B_batch_stride, p.B_token_stride, p.B_group_stride, "B"},
-                       {p.C, p.C_batch_stride, p.C_token_stride, p.C_group_stride, "C"}};
-  for (const Rows& t : rows) {
-    if (!t.ptr) continue;
-    if (!aligned16(t.ptr) || (t.s0 * act_bytes) % 16 || (t.s1 * act_bytes) % 16 || (t.s2 * act_bytes) % 16)
-      return fail(RSSM_ERR_INVALID_ARGUMENT,
-                  "%s rows must be 16-byte aligned (pointer %p, strides %lld, %lld, %lld elements of %lld bytes)",
-                  t.name, t.ptr, static_cast<long long>(t.s0), static_cast<long long>(t.s1),
-                  static_cast<long long>(t.s2), static_cast<long long>(act_bytes));
-  }
+  const RowsOf<3> rows[] = {{p.x, {p.x_batch_stride, p.x_token_stride, p.x_head_stride}, "x"},
+                            {p.z, {p.z_batch_stride, p.z_token_stride, p.z_head_stride}, "z"},
+                            {p.B, {p.B_batch_stride, p.B_token_stride, p.B_group_stride}, "B"},
+                            {p.C, {p.C_batch_stride, p.C_token_stride, p.C_group_stride}, "C"}};
+  if (const rssm_status st = check_rows16(rows, act_bytes)) return st;
   return RSSM_OK;
 }
 

@@ -7,41 +7,30 @@
 namespace replayssm {
 
 static rssm_status validate_spec_commit(const rssm_spec_commit_params& p) {
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.nheads < 1 || p.nheads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
   if (p.window < 1 || p.window > kMaxBufferLen)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "window=%d is out of range (1..%d)", p.window, kMaxBufferLen);
   if (p.buffer_len < p.window || p.buffer_len > kMaxBufferLen)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range for window=%d (%d..%d)", p.buffer_len,
                 p.window, p.window, kMaxBufferLen);
-  if (!p.cursor) return fail(RSSM_ERR_INVALID_ARGUMENT, "cursor is NULL");
-  if (!p.accepted) return fail(RSSM_ERR_INVALID_ARGUMENT, "accepted is NULL");
+  const NamedPtr required[] = {{p.cursor, "cursor"}, {p.accepted, "accepted"}};
+  if (const rssm_status st = check_pointers(required)) return st;
   return RSSM_OK;
 }
 
 static rssm_status validate_snapshot_commit(const rssm_snapshot_commit_params& p) {
-  if (p.batch < 0 || p.batch > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", p.batch);
-  if (p.num_slots < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "num_slots=%d is negative", p.num_slots);
-  if (!p.slot_idx && p.batch > p.num_slots)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d exceeds num_slots=%d and no slot_idx was given", p.batch,
-                p.num_slots);
+  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.window < 1 || p.window > kMaxBufferLen)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "window=%d is out of range (1..%d)", p.window, kMaxBufferLen);
   if (p.state_bytes <= 0 || p.state_bytes % 16)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "state_bytes=%lld must be a positive multiple of 16",
                 static_cast<long long>(p.state_bytes));
-  if (!p.state || !p.snapshots || !p.accepted)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is NULL", !p.state ? "state" : !p.snapshots ? "snapshots" : "accepted");
-  if (!aligned16(p.state) || !aligned16(p.snapshots))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "%s is not 16-byte aligned",
-                !aligned16(p.state) ? "state" : "snapshots");
+  const NamedPtr required[] = {{p.state, "state"}, {p.snapshots, "snapshots"}, {p.accepted, "accepted"}};
+  if (const rssm_status st = check_pointers(required)) return st;
+  const NamedPtr tiles[] = {{p.state, "state"}, {p.snapshots, "snapshots"}};  // copied 16 bytes at a time
+  if (const rssm_status st = check_pointers(tiles, nullptr, true)) return st;
   return RSSM_OK;
 }
 
