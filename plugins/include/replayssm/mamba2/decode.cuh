@@ -297,19 +297,9 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
 
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
-  // Flush-only launch (the output-only route has its own launch, output_only.cuh): a block none of whose heads
-  // flushes leaves at once, before queueing any tile.
-  if (REPLAY && shape.flush_only) {
-    bool flushes = false;
-    if (threadIdx.x < heads) {
-      const int u_first = max((static_cast<int>(threadIdx.x) << TL) - tile_base, 0);
-      const int tile = (tile_base + u_first) & (T - 1);
-      const int hist = p.cursor[((static_cast<int64_t>(slot) * H + head0 + threadIdx.x) * RSSM_CURSOR_REPLICAS + tile) *
-                                    RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
-      flushes = min(max(hist, 0), L - 1) == L - 1;
-    }
-    if (!__syncthreads_or(flushes)) return;
-  }
+  // Flush-only launch (nvfp4 copies; output_only.cuh has the other rows): decode_kernel passes only rows that
+  // flush in this chunk (row_flushes read their cursors), so there is no second check here; the unit loop skips
+  // the chunk's non-flushing heads.
 
   // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
   const int64_t sh0 = static_cast<int64_t>(slot) * H + head0;
