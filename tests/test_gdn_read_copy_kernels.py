@@ -160,7 +160,7 @@ def test_gdn_checkpoint_identical_whatever_the_read_format(act_dtype):
             assert torch.equal(pools[f].buffers[name], pools["none"].buffers[name]), f"{f}: {name}"
         # y differs by the copy's rounding only (non-flush rows): bounded, and not identical (the copy is read).
         err = max(rel_err(a, b) for a, b in zip(ys[f], ys["none"]))
-        assert 0 < err < 0.1, f"{f}: y off the no-copy run by {err}"
+        assert 0 < err < 0.2, f"{f}: y off the no-copy run by {err}"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
