@@ -1,6 +1,9 @@
-"""Mamba-2 ReplaySSM decode with read copies (issue 5): per read format, the non-flush step (every row on the
-output-only route), the all-flush step and the amortised step (L steps, flush phases staggered across rows),
-against fp32 reads (read format none) and our conventional kernel. fp32 checkpoint, bf16 activations, z gate.
+"""Mamba-2 and Gated DeltaNet ReplaySSM decode with read copies (issue 5): per read format, the non-flush step
+(every row on the output-only route), the all-flush step and the amortised step (L steps, flush phases staggered
+across rows), against fp32 reads (read format none) and our conventional kernel. fp32 checkpoint, bf16
+activations; Mamba-2 with the z gate, GDN with prepared q, k and precomputed g, beta. GDN has no nvfp4 copy (its
+rows show "-"), and its non-flush step reads the checkpoint (S0 k, which feeds the correction u) AND the copy
+(S0 q): the bytes model counts both.
 
 Same timing rules as bench_mamba2.py: CUDA graph of many launches, median of event-timed replays, a pool of
 slots larger than L2 (shuffled slot indices). The bytes column is the non-flush step's traffic model: the copy
@@ -8,6 +11,7 @@ slots larger than L2 (shuffled slot indices). The bytes column is the non-flush 
 
     python benchmarks/bench_read_copy.py --read-formats none,bf16,fp8,nvfp4 --batches 64,256,512 \\
         --out benchmarks/read_copy.md
+    python benchmarks/bench_read_copy.py --shapes Nemotron-3-Super,Qwen3.5-122B-A10B --read-formats none,fp16,bf16,fp8
 """
 
 from __future__ import annotations
@@ -20,16 +24,19 @@ from pathlib import Path
 
 import torch
 
-from trtllm_replayssm.bench.bytes_model import mamba2_io_bytes
+from trtllm_replayssm.bench.bytes_model import gdn_io_bytes, mamba2_io_bytes
 from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
-from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import CURSOR_HISTORY, GDN_KERNEL_READ_FORMATS, GdnLayerShape, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
+from trtllm_replayssm.ops.gdn.reference import l2norm
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.pool import Mamba2StatePool, read_copy_specs
+from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool, read_copy_specs
 from trtllm_replayssm.quant import quantize_state
 
 SHAPES = {
     "Nemotron-3-Super": Mamba2LayerShape(128, 64, 128, 8),
     "Nemotron-3-Nano-30B": Mamba2LayerShape(64, 64, 128, 8),
+    "Qwen3.5-122B-A10B": GdnLayerShape(16, 64, 128, 128),  # GDN (benchmarks/bench_gdn.py)
 }
 L2_BYTES = 60 << 20
 
@@ -44,7 +51,62 @@ def nonflush_bytes(shape: Mamba2LayerShape, L: int, fmt: str, act_bytes: int = 2
     return tile + record * (L // 2 + 1) + mamba2_io_bytes(shape, act_bytes)
 
 
+def gdn_nonflush_bytes(shape: GdnLayerShape, L: int, fmt: str, act_bytes: int = 2) -> float:
+    """GDN, per row, one output-only step at history L/2: the fp32 checkpoint tile (S0 k) plus the copy with its
+    scales (S0 q; none: the checkpoint serves both), L/2 ring records read, one record written, inputs, outputs."""
+    H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
+    tile = HV * V * K * 4 + sum(s.bytes_per_slot for s in read_copy_specs((HV, V, K), fmt))
+    record = act_bytes * (HV * V + H * K) + 4 * HV
+    return tile + record * (L // 2 + 1) + gdn_io_bytes(shape, act_bytes)
+
+
+def bench_point_gdn(shape_name, shape, batch, L, formats, launches):
+    dev = torch.device("cuda")
+    H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
+    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / (HV * V * K * 4)))
+    q = (l2norm(torch.randn(batch, H, K, device=dev)) * K ** -0.5).bfloat16()
+    k = l2norm(torch.randn(batch, H, K, device=dev)).bfloat16()
+    v = torch.randn(batch, HV, V, device=dev).bfloat16()
+    g = -torch.rand(batch, HV, device=dev) * 0.2 - 0.01
+    beta = torch.rand(batch, HV, device=dev) * 0.9 + 0.05
+    idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
+    out = torch.empty_like(v)
+    prepared = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, slot_idx=idx, out=out)
+    row = {"shape": shape_name, "batch": batch, "L": L, "slots": num_slots}
+
+    state = torch.randn(num_slots, HV, V, K, device=dev) * 0.1
+    row["conv_us"] = time_graph_us(lambda: gdn_conventional_decode(state, shape, q, k, v, **prepared), launches)
+    del state
+    torch.cuda.empty_cache()
+
+    for fmt in formats:
+        if fmt != "none" and fmt not in GDN_KERNEL_READ_FORMATS:
+            continue  # no GDN kernel for this copy: the table shows "-"
+        pool = GdnStatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16, fmt), device=dev)
+        pool.checkpoint.normal_(0, 0.1)
+        pool.ring_u.normal_(0, 0.1)
+        pool.ring_k.copy_(l2norm(torch.randn(pool.ring_k.shape, device=dev)))
+        pool.ring_g.uniform_(-0.2, -0.01)
+        if fmt != "none":  # one scale per row: the whole pool at once equals slot by slot
+            for name, part in quantize_state(pool.checkpoint, fmt).items():
+                pool.buffers[name].copy_(part)
+        pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
+        step = lambda: gdn_replay_decode(pool, q, k, v, **prepared)
+        row[f"{fmt}_amortised_us"] = time_graph_us(step, L * max(1, launches // L))
+        hist = pool.cursor[..., CURSOR_HISTORY]
+        fill_us = time_graph_us(lambda: hist.fill_(L // 2), launches)
+        row[f"{fmt}_nonflush_us"] = time_graph_us(lambda: (hist.fill_(L // 2), step()), launches) - fill_us
+        row[f"{fmt}_allflush_us"] = time_graph_us(lambda: (hist.fill_(L - 1), step()), launches) - fill_us
+        row[f"{fmt}_nonflush_tbs"] = (gdn_nonflush_bytes(shape, L, fmt) * batch
+                                      / (row[f"{fmt}_nonflush_us"] * 1e-6) / 1e12)
+        del pool
+        torch.cuda.empty_cache()
+    return row
+
+
 def bench_point(shape_name, shape, batch, L, formats, launches):
+    if isinstance(shape, GdnLayerShape):
+        return bench_point_gdn(shape_name, shape, batch, L, formats, launches)
     dev = torch.device("cuda")
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
     num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / (H * P * N * 4)))
@@ -96,11 +158,19 @@ def render(rows, formats, copy_gbs, device_name):
              f"row output-only, history L/2), all-flush step, amortised step (staggered phases); `vs fp32` = "
              f"speed-up over read format none; `vs conv` = amortised speed-up over our conventional kernel; TB/s = "
              f"non-flush bytes model (benchmarks/bench_read_copy.py) over the time.", ""]
+    if any(r["shape"] in SHAPES and isinstance(SHAPES[r["shape"]], GdnLayerShape) for r in rows):
+        lines += ["GDN rows (Qwen3.5): prepared q, k, precomputed g, beta. A GDN non-flush row reads the fp32 "
+                  "checkpoint (S0 k feeds the correction u, hence the recurrence) and the copy (S0 q): a copy adds "
+                  "traffic there; no nvfp4 copy for GDN (`-`).", ""]
     head = ["shape", "batch", "L", "conv µs", "read", "non-flush µs", "vs fp32", "TB/s", "all-flush µs",
             "amortised µs", "vs fp32", "vs conv"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         for fmt in formats:
+            if f"{fmt}_nonflush_us" not in r:  # a format without a kernel for this family (GDN nvfp4)
+                lines.append("| " + " | ".join([r["shape"], str(r["batch"]), str(r["L"]), f"{r['conv_us']:.1f}", fmt]
+                                               + ["-"] * (len(head) - 5)) + " |")
+                continue
             nf, am = r[f"{fmt}_nonflush_us"], r[f"{fmt}_amortised_us"]
             nf0, am0 = r.get("none_nonflush_us"), r.get("none_amortised_us")
             cells = [r["shape"], str(r["batch"]), str(r["L"]), f"{r['conv_us']:.1f}", fmt, f"{nf:.1f}",

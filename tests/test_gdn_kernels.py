@@ -354,9 +354,9 @@ def _strided_last(t):
 
 
 @pytest.mark.parametrize("cfg, mutate, error, match", [
-    (dict(read_format="fp16"), None, NotImplementedError, "read_format=fp16: read copies"),
-    (dict(read_format="nvfp4"), None, NotImplementedError, "read_format=nvfp4: read copies"),
-    (dict(kda=True, read_format="fp16"), None, NotImplementedError, "read_format=fp16: read copies"),
+    # fp16 / bf16 / fp8 copies run (tests/test_gdn_read_copy_kernels.py); nvfp4 and KDA copies have no kernel.
+    (dict(read_format="nvfp4"), None, NotImplementedError, "read_format=nvfp4: the GDN decode kernel reads"),
+    (dict(kda=True, read_format="fp16"), None, NotImplementedError, r"read_format=fp16 with per_channel_decay \(KDA\)"),
     ({}, lambda d: d.update(v=_strided_last(d["v"])), ValueError, "v must be contiguous in its last dimension"),
     ({}, lambda d: d.update(g=_strided_last(d["g"])), ValueError, "g must be contiguous in its last dimension"),
     ({}, lambda d: d.update(out=_strided_last(torch.empty_like(d["v"]))), ValueError,
@@ -367,7 +367,7 @@ def _strided_last(t):
     ({}, lambda d: d.update(slot_idx=torch.tensor([0, 1, 2], dtype=torch.int32)), ValueError,
      r"slot_idx is on cpu, expected cuda:\d"),
     ({}, lambda d: d.update({n: d[n].cpu() for n in d}), ValueError, r"v is on cpu but the pool is on cuda:\d"),
-], ids=["read_copy_fp16", "read_copy_nvfp4", "kda_read_copy", "v_strided", "g_strided", "out_strided", "v_misaligned",
+], ids=["read_copy_nvfp4", "kda_read_copy", "v_strided", "g_strided", "out_strided", "v_misaligned",
         "g_on_cpu", "slot_idx_on_cpu", "pool_on_other_device"])
 def test_replay_refuses_what_the_kernels_cannot_do(cfg, mutate, error, match):
     pool, d = _refusal_case(**cfg)

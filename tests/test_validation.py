@@ -9,10 +9,12 @@ import torch
 
 from mamba2_cases import layer_params, step_inputs
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES,
-                                     MAMBA2_HEAD_DIMS, MAMBA2_KERNEL_READ_COPIES, MAMBA2_STATE_DTYPES,
-                                     MAX_BUFFER_LEN, READ_FORMAT_CODES, Mamba2LayerShape, ReplayConfig,
-                                     dtype_name)
+from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, GDN_KERNEL_READ_COPY_ACTS,
+                                     GDN_KERNEL_READ_COPY_STATE, GDN_KERNEL_READ_FORMATS, MAMBA2_ACT_DTYPES,
+                                     MAMBA2_DSTATES, MAMBA2_HEAD_DIMS, MAMBA2_KERNEL_READ_COPIES,
+                                     MAMBA2_STATE_DTYPES, MAX_BUFFER_LEN, READ_FORMAT_CODES, GdnLayerShape,
+                                     Mamba2LayerShape, ReplayConfig, dtype_name)
+from trtllm_replayssm.ops.gdn import check_kernel_read_copy
 from trtllm_replayssm.ops.gdn import kernels as gdn_kernels
 from trtllm_replayssm.ops.mamba2 import conventional_decode, kernels, replay_decode
 from trtllm_replayssm.pool import Mamba2StatePool
@@ -308,3 +310,70 @@ def test_native_gdn_rejects_unsupported_gate_dtypes():
     assert status != 0 and msg == "gate_dtype=7 is not supported (supported: fp32, fp16, bf16)"
     status, msg = _gdn_status(**raw, gate_param_dtype=9)
     assert status != 0 and msg == "gate_param_dtype=9 is not supported (supported: fp32, fp16, bf16)"
+
+
+# ---- GDN read copies: the native table against config.GDN_KERNEL_READ_*, errors naming the value, and the op's
+#      refusal of combinations without a kernel (no GPU needed) ----
+
+@needs_gdn
+def test_native_gdn_read_copy_table_matches_python_lists():
+    """The (state dtype, act dtype, read format, mode, KDA) combinations the library accepts are exactly those of
+    config.GDN_KERNEL_READ_*; the others are refused naming the format."""
+    dummy = 1 << 20
+    codes = {dtype_name(d): c for d, c in DTYPE_CODES.items()}
+    for state in ("fp32", "fp16", "bf16"):
+        for act in ("fp32", "fp16", "bf16"):
+            for fmt, code in READ_FORMAT_CODES.items():
+                for mode in (gdn_kernels.CONVENTIONAL, gdn_kernels.REPLAY):
+                    for kda in (0, 1):
+                        want = fmt == "none" or (state == GDN_KERNEL_READ_COPY_STATE and act in
+                                                 GDN_KERNEL_READ_COPY_ACTS and fmt in GDN_KERNEL_READ_FORMATS and
+                                                 mode == gdn_kernels.REPLAY and not kda)
+                        status, msg = _gdn_status(state_dtype=codes[state], act_dtype=codes[act], read_format=code,
+                                                  mode=mode, per_channel_decay=kda, read_state=dummy,
+                                                  read_scale=dummy)
+                        where = f"state {state}, act {act}, read_format {fmt}, mode {mode}, kda {kda}"
+                        assert (status == 0) == want, f"{where}: {msg}"
+                        if not want:
+                            assert f"read_format={code} ({fmt})" in msg, msg
+    assert "read_format=9 (unknown)" in _gdn_status(read_format=9, read_state=dummy)[1]
+
+
+@needs_gdn
+@pytest.mark.parametrize("overrides, words", [
+    (dict(read_format=4), "read_format=4 (nvfp4) is not supported by the GDN decode kernel"),
+    (dict(read_format=1, read_state=None), "read_state is NULL (required by read_format=1, fp16)"),
+    (dict(read_format=3, read_scale=None), "read_scale is NULL (required by read_format=3, fp8)"),
+    (dict(read_format=2, read_state=(1 << 20) + 8), "read_state is not 16-byte aligned"),
+    (dict(read_format=3, read_scale=(1 << 20) + 2), "read_scale is not 4-byte aligned"),
+    (dict(read_format=1, mode=gdn_kernels.CONVENTIONAL), "needs mode=1 (replay), got mode=0"),
+    (dict(read_format=1, per_channel_decay=1), "read_format=1 (fp16) with per_channel_decay=1 (KDA)"),
+    (dict(read_format=3, state_dtype=2), "read_format=3 (fp8) with state_dtype=2 is not supported"),
+    (dict(read_format=2, act_dtype=0), "read_format=2 (bf16) with act_dtype=0 (fp32) is not supported"),
+], ids=["nvfp4", "no_read_state", "fp8_no_scale", "misaligned_copy", "misaligned_scale", "conventional", "kda",
+        "bf16_checkpoint", "fp32_activations"])
+def test_native_gdn_read_copy_errors_name_the_value(overrides, words):
+    dummy = 1 << 20
+    args = dict(read_state=dummy, read_scale=dummy)
+    args.update(overrides)
+    status, msg = _gdn_status(**args)
+    assert status == 1 and words in msg, msg
+
+
+@pytest.mark.parametrize("kda, state, act, fmt, match", [
+    (False, "fp32", "bf16", "nvfp4", "read_format=nvfp4: the GDN decode kernel reads the copy formats fp16, bf16, fp8"),
+    (True, "fp32", "bf16", "fp8", r"read_format=fp8 with per_channel_decay \(KDA\)"),
+    (False, "fp16", "fp16", "fp8", "read_format=fp8 with state_dtype=fp16"),
+    (False, "fp32", "fp32", "fp16", "read_format=fp16 with act_dtype=fp32"),
+], ids=["nvfp4", "kda", "fp16_checkpoint", "fp32_activations"])
+def test_gdn_op_refuses_read_copies_without_a_kernel(kda, state, act, fmt, match):
+    """The check the CUDA path runs first (no GPU needed): the combination and the value are named."""
+    shape = GdnLayerShape(2, 4, 128, 128, per_channel_decay=kda)
+    with pytest.raises(NotImplementedError, match=match):
+        check_kernel_read_copy(shape, ReplayConfig(4, state, act, fmt))
+
+
+@pytest.mark.parametrize("act", GDN_KERNEL_READ_COPY_ACTS)
+@pytest.mark.parametrize("fmt", ("none",) + GDN_KERNEL_READ_FORMATS)
+def test_gdn_op_accepts_the_kernel_read_copies(act, fmt):
+    check_kernel_read_copy(GdnLayerShape(2, 4, 128, 128), ReplayConfig(4, GDN_KERNEL_READ_COPY_STATE, act, fmt))

@@ -31,6 +31,11 @@ READ_FORMAT_BITS = {"fp16": 16, "bf16": 16, "fp8": 8, "nvfp4": 4.5}
 READ_FORMAT_CODES = {"none": 0, "fp16": 1, "bf16": 2, "fp8": 3, "nvfp4": 4}
 MAMBA2_KERNEL_READ_COPIES = (("fp32", "fp16"), ("fp32", "bf16"), ("fp32", "fp8"), ("fp16", "fp8"), ("bf16", "fp8"),
                              ("fp32", "nvfp4"))
+# The GDN decode kernel's read copies (plugins/capi/gdn_dispatch.cu, kReadFormats): an fp32 checkpoint with these
+# activation dtypes and copy formats, GDN replay only (not KDA). nvfp4: not for GDN.
+GDN_KERNEL_READ_COPY_STATE = "fp32"
+GDN_KERNEL_READ_COPY_ACTS = ("fp16", "bf16")
+GDN_KERNEL_READ_FORMATS = ("fp16", "bf16", "fp8")
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16

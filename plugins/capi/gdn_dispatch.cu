@@ -1,5 +1,7 @@
 // The one dispatch point of the Gated DeltaNet decode family: validation of runtime values against the closed
-// lists below, then the jump to the specialisation compiled in gdn_decode_<state dtype>.cu.
+// lists below, then the jump to the specialisation compiled in gdn_decode_<state dtype>[_read_<copy>].cu.
+#include <type_traits>
+
 #include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/gdn/decode.cuh"
@@ -10,22 +12,90 @@ namespace gdn {
 // Closed list (mirrored by trtllm_replayssm/config.py GDN_HEAD_DIMS): head_k_dim and head_v_dim.
 static const int kHeadDims[] = {64, 128, 256};
 
-#define RSSM_DECLARE(S, A, K) \
-  extern template cudaError_t launch_decode<S, A, K>(const rssm_gdn_decode_params&, cudaStream_t);
-#define RSSM_DECLARE_K(S, A) RSSM_DECLARE(S, A, 64) RSSM_DECLARE(S, A, 128) RSSM_DECLARE(S, A, 256)
-#define RSSM_DECLARE_ACT(S) RSSM_DECLARE_K(S, float) RSSM_DECLARE_K(S, __half) RSSM_DECLARE_K(S, __nv_bfloat16)
+// Read copies compiled (mirrored by trtllm_replayssm/config.py GDN_KERNEL_READ_COPIES): an fp32 checkpoint with
+// fp16 / bf16 activations, copy fp16, bf16 or fp8, GDN replay mode (not KDA), every head_k_dim above.
+static const int kReadFormats[] = {RSSM_READ_FP16, RSSM_READ_BF16, RSSM_READ_FP8};
+static const char kReadCopiesText[] =
+    "GDN read copies need state_dtype=0 (fp32), act_dtype 1 or 2 (fp16, bf16), mode=1 (replay), "
+    "per_channel_decay=0, read_format 1, 2 or 3 (fp16, bf16, fp8)";
+
+#define RSSM_DECLARE(S, A, K, R) \
+  extern template cudaError_t launch_decode<S, A, K, R>(const rssm_gdn_decode_params&, cudaStream_t);
+#define RSSM_DECLARE_K(S, A, R) RSSM_DECLARE(S, A, 64, R) RSSM_DECLARE(S, A, 128, R) RSSM_DECLARE(S, A, 256, R)
+#define RSSM_DECLARE_ACT(S) \
+  RSSM_DECLARE_K(S, float, void) RSSM_DECLARE_K(S, __half, void) RSSM_DECLARE_K(S, __nv_bfloat16, void)
+#define RSSM_DECLARE_COPY(R) RSSM_DECLARE_K(float, __half, R) RSSM_DECLARE_K(float, __nv_bfloat16, R)
 RSSM_DECLARE_ACT(float)
 RSSM_DECLARE_ACT(__half)
 RSSM_DECLARE_ACT(__nv_bfloat16)
+RSSM_DECLARE_COPY(__half)
+RSSM_DECLARE_COPY(__nv_bfloat16)
+RSSM_DECLARE_COPY(__nv_fp8_e4m3)
 
+// validate() has admitted a read copy only with the combinations compiled (kReadFormats, kReadCopiesText).
 static cudaError_t dispatch(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   return with_dtype(p.state_dtype, [&](auto state_tag) {
     return with_dtype(p.act_dtype, [&](auto act_tag) {
       using S = typename decltype(state_tag)::type;
       using A = typename decltype(act_tag)::type;
-      return with_value<64, 128, 256>(p.head_k_dim, [&](auto k) { return launch_decode<S, A, decltype(k)::value>(p, stream); });
+      auto launch = [&](auto read_tag) {
+        using R = typename decltype(read_tag)::type;
+        return with_value<64, 128, 256>(p.head_k_dim,
+                                        [&](auto k) { return launch_decode<S, A, decltype(k)::value, R>(p, stream); });
+      };
+      if constexpr (std::is_same_v<S, float> && !std::is_same_v<A, float>) {
+        if (p.read_format == RSSM_READ_FP16) return launch(TypeTag<__half>{});
+        if (p.read_format == RSSM_READ_BF16) return launch(TypeTag<__nv_bfloat16>{});
+        if (p.read_format == RSSM_READ_FP8) return launch(TypeTag<__nv_fp8_e4m3>{});
+      }
+      return launch(TypeTag<void>{});
     });
   });
+}
+
+static const char* read_format_name(int f) {
+  switch (f) {
+    case RSSM_READ_NONE: return "none";
+    case RSSM_READ_FP16: return "fp16";
+    case RSSM_READ_BF16: return "bf16";
+    case RSSM_READ_FP8: return "fp8";
+    case RSSM_READ_NVFP4: return "nvfp4";
+    default: return "unknown";
+  }
+}
+
+// The read-copy fields: a compiled combination (kReadCopiesText) and the copy's buffers.
+static rssm_status validate_read_copy(const rssm_gdn_decode_params& p) {
+  if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
+  const char* name = read_format_name(p.read_format);
+  if (p.read_format == RSSM_READ_NVFP4)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=4 (nvfp4) is not supported by the GDN decode kernel; %s",
+                kReadCopiesText);
+  if (!in_list(p.read_format, kReadFormats))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) is not supported; %s", p.read_format, name,
+                kReadCopiesText);
+  if (p.state_dtype != RSSM_DTYPE_FP32)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with state_dtype=%d is not supported; %s",
+                p.read_format, name, p.state_dtype, kReadCopiesText);
+  if (p.act_dtype == RSSM_DTYPE_FP32)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with act_dtype=0 (fp32) is not supported; %s",
+                p.read_format, name, kReadCopiesText);
+  if (p.mode != RSSM_GDN_REPLAY)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) needs mode=1 (replay), got mode=%d", p.read_format,
+                name, p.mode);
+  if (p.per_channel_decay)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with per_channel_decay=1 (KDA) is not supported; %s",
+                p.read_format, name, kReadCopiesText);
+  if (!p.read_state)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is NULL (required by read_format=%d, %s)", p.read_format, name);
+  if (!aligned16(p.read_state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is not 16-byte aligned");
+  if (p.read_format == RSSM_READ_FP8) {
+    if (!p.read_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=3, fp8)");
+    if (reinterpret_cast<uintptr_t>(p.read_scale) & 3u)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
+  }
+  return RSSM_OK;
 }
 
 static rssm_status validate(const rssm_gdn_decode_params& p) {
@@ -84,7 +154,7 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
     const NamedPtr ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
     if (const rssm_status st = check_pointers(ring, "required by replay mode", true)) return st;
   }
-  return RSSM_OK;
+  return validate_read_copy(p);
 }
 
 }  // namespace gdn

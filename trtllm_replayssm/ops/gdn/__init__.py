@@ -7,9 +7,11 @@ CUDA tensors run the kernels (current stream, no synchronisation, capturable in 
 the PyTorch reference with the same semantics. On CUDA the kernel prepares q, k and computes g, beta from raw
 gates itself, so raw inputs pass straight through (no extra PyTorch kernels), with two exceptions that add a
 small conversion: q or k in another dtype than v (prepared in PyTorch, as the reference does), and a, b (or
-A_log, dt_bias) of two different dtypes. GDN and KDA (per-channel decay) both run on CUDA. Not on CUDA yet
-(refused with a message saying so): pools with a read copy. Inputs are validated before anything is touched;
-errors name the argument and its value.
+A_log, dt_bias) of two different dtypes. GDN and KDA (per-channel decay) both run on CUDA. Read copies on CUDA:
+an fp32 checkpoint with fp16 / bf16 activations and an fp16, bf16 or fp8 copy, GDN only (y of a non-flush row
+reads the copy; the correction u reads the checkpoint, so the recurrence is the same as without a copy); the
+other combinations (nvfp4, KDA, ...) are refused on CUDA with a message naming them and run in the PyTorch
+reference on the CPU. Inputs are validated before anything is touched; errors name the argument and its value.
 
 In-place: conventional writes state[slot] of every non-padding row; replay writes the ring record and cursor of
 every non-padding row and the checkpoint of flushing rows. Both write `out` (allocated when None) at non-padding
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import DTYPE_CODES, PAD_SLOT_ID, GdnLayerShape, dtype_name
+from trtllm_replayssm.config import (DTYPE_CODES, GDN_KERNEL_READ_COPY_ACTS, GDN_KERNEL_READ_COPY_STATE,
+                                     GDN_KERNEL_READ_FORMATS, PAD_SLOT_ID, GdnLayerShape, dtype_name)
 from trtllm_replayssm.ops.gdn import kernels
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, prepare_qk
 from trtllm_replayssm.ops.validate import check as _check
@@ -52,6 +55,29 @@ def _check_cuda(shape: GdnLayerShape, v, g, beta, a, b, A_log, dt_bias, out, sta
             _check(tuple(t.shape) in allowed, f"{name} has shape {tuple(t.shape)}, expected one of {allowed}")
         for name, t in (("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias)):
             _check(t.dtype in DTYPE_CODES, f"{name} has dtype {dtype_name(t.dtype)}; supported: {_KERNEL_DTYPES}")
+
+
+def check_kernel_read_copy(shape: GdnLayerShape, cfg) -> None:
+    """Refuses (NotImplementedError naming the value) a read copy the CUDA kernel does not implement; no GPU
+    needed. The kernel reads an fp16 / bf16 / fp8 copy of an fp32 checkpoint with fp16 / bf16 activations, GDN only
+    (config.GDN_KERNEL_READ_*, mirrored by plugins/capi/gdn_dispatch.cu)."""
+    fmt = cfg.read_format
+    if fmt == "none":
+        return
+    where = "exists in the PyTorch reference only (CPU tensors)"
+    if fmt not in GDN_KERNEL_READ_FORMATS:
+        raise NotImplementedError(f"read_format={fmt}: the GDN decode kernel reads the copy formats "
+                                  f"{', '.join(GDN_KERNEL_READ_FORMATS)}; {fmt} {where}")
+    if shape.per_channel_decay:
+        raise NotImplementedError(f"read_format={fmt} with per_channel_decay (KDA): the KDA decode kernel reads no "
+                                  f"read copy; it {where}")
+    state, act = dtype_name(cfg.state_dtype), dtype_name(cfg.act_dtype)
+    if state != GDN_KERNEL_READ_COPY_STATE:
+        raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the GDN decode kernel reads copies of "
+                                  f"an {GDN_KERNEL_READ_COPY_STATE} checkpoint only; this pair {where}")
+    if act not in GDN_KERNEL_READ_COPY_ACTS:
+        raise NotImplementedError(f"read_format={fmt} with act_dtype={act}: the GDN decode kernel reads copies with "
+                                  f"act_dtype {' or '.join(GDN_KERNEL_READ_COPY_ACTS)} only; this pair {where}")
 
 
 def _kernel_inputs(shape: GdnLayerShape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale):
@@ -128,9 +154,8 @@ def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log
            f"v has dtype {dtype_name(getattr(v, 'dtype', None))} but the pool's act_dtype is "
            f"{dtype_name(pool.cfg.act_dtype)}")
     _check(v.device == pool.device, f"v is on {v.device} but the pool is on {pool.device}")
-    if v.device.type == "cuda" and pool.cfg.read_format != "none":
-        raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
-                                  "only so far (CPU tensors); the GDN kernels do not read them yet")
+    if v.device.type == "cuda":
+        check_kernel_read_copy(pool.shape, pool.cfg)
     qp, kp, g, beta, opts = _prepare(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale,
                                      slot_idx, out, pool.checkpoint)
     y = torch.empty_like(v) if out is None else out
@@ -139,7 +164,9 @@ def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log
     if v.device.type != "cuda":
         return gdn_replay_decode_reference(pool, qp, kp, v, g, beta, slot_idx, pad_slot_id, y)
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, qp, kp, v, g, beta, y, slot_idx, pad_slot_id,
-                            pool.ring_u, pool.ring_k, pool.ring_g, pool.cursor, pool.buffer_len, **opts)
+                            pool.ring_u, pool.ring_k, pool.ring_g, pool.cursor, pool.buffer_len,
+                            read_format=pool.cfg.read_format, read_state=pool.buffers.get("read_state"),
+                            read_scale=pool.buffers.get("read_scale"), **opts)
     kernels.launch(p, v.device)
     return y
 

@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import DTYPE_CODES
+from trtllm_replayssm.config import DTYPE_CODES, READ_FORMAT_CODES
 
 CONVENTIONAL, REPLAY = 0, 1  # rssm_gdn_mode
 QK_L2NORM, QK_SCALE = 1, 2  # rssm_gdn_qk_flags
@@ -40,6 +40,7 @@ class GdnDecodeParams(ctypes.Structure):
     _fields_ += [(n, _i64) for n in ("g_head_stride", "a_batch_stride", "a_head_stride", "b_batch_stride",
                                      "A_log_head_stride", "A_log_k_stride", "dt_bias_head_stride",
                                      "dt_bias_k_stride")]
+    _fields_ += [("read_format", _i32), ("read_state", _ptr), ("read_scale", _ptr)]
 
 
 def _ptr_of(t):
@@ -56,12 +57,15 @@ def _param_strides(t, per_channel_decay):
 
 def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1, ring_u=None, ring_k=None,
                 ring_g=None, cursor=None, buffer_len=1, *, qk_flags=0, q_scale=1.0, per_channel_decay=False,
-                a=None, b=None, A_log=None, dt_bias=None) -> GdnDecodeParams:
+                a=None, b=None, A_log=None, dt_bias=None, read_format="none", read_state=None,
+                read_scale=None) -> GdnDecodeParams:
     """The params of one step. state [slots, HV, V, K] (the pool's checkpoint in replay); q, k [b, H, K] (act
     dtype; prepared unless qk_flags), v, y [b, HV, V] (act dtype); either g, beta fp32 ([b, HV], KDA g [b, HV, K];
     heads / channels contiguous) or the raw gates a [b, HV] (KDA [b, HV, K]), b [b, HV] in one dtype and A_log,
     dt_bias [HV] (KDA [HV, 1] or [HV, K]) in one dtype; strides are taken from the tensors (in elements). Conventional
-    mode leaves the ring pointers NULL and buffer_len 1."""
+    mode leaves the ring pointers NULL and buffer_len 1. read_format (a key of READ_FORMAT_CODES) with its buffers
+    read_state / read_scale (replay only; the pool's buffers of the same names): y of a non-flush row reads the
+    copy, flush rows rewrite it."""
     p = GdnDecodeParams()
     p.batch, p.num_k_heads, p.head_k_dim = q.shape[0], q.shape[1], q.shape[2]
     p.num_v_heads, p.head_v_dim = v.shape[1], v.shape[2]
@@ -75,6 +79,8 @@ def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1,
         setattr(p, f"{name}_batch_stride", t.stride(0))
         setattr(p, f"{name}_head_stride", t.stride(1))
     p.per_channel_decay, p.qk_flags, p.q_scale = int(per_channel_decay), qk_flags, q_scale
+    p.read_format = READ_FORMAT_CODES[read_format]
+    p.read_state, p.read_scale = _ptr_of(read_state), _ptr_of(read_scale)
     if g is not None:
         p.gate_mode = GATES_PRECOMPUTED
         p.g_batch_stride, p.beta_batch_stride = g.stride(0), beta.stride(0)

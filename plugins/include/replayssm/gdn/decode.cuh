@@ -26,15 +26,37 @@
 // (k_j ⊙ e^{D_j})·k and ·q, computed once per (row, value head) in the prologue; the flush scales each state
 // column by e^E and rebuilds the ring terms column by column.
 //
+// Read copies (CopyT = __half, __nv_bfloat16 or __nv_fp8_e4m3; void: none; GDN replay only, KDA refused by
+// validation). The copy has the checkpoint's layout [slots, HV, V, K] and thread mapping, Tiling<StateT, K>
+// (common/read_copy.cuh): a thread's copy vectors are its checkpoint vectors narrowed. Only the output read uses
+// it: y needs S0 q, which a non-flush row reads from the copy, while S0 k feeds the correction u = beta (v - S'k),
+// which enters the ring and, at the next flush, the checkpoint; S0 k therefore reads the checkpoint, and the
+// checkpoint, ring and cursors evolve bit for bit as without a copy (replay_reference.py specifies the same).
+//   - A stage holds the unit's checkpoint tile and, after it, its copy tile; each thread copies its own vectors
+//     of both (the copy's with 8- or 4-byte cp.async). The copy tile of a flushing unit is read for nothing
+//     (1/L of the steps).
+//   - Non-flush: S0 k from the checkpoint vectors, S0 q from the copy vectors widened to fp32 in registers. fp8:
+//     S0 q = scale_row * sum_c code_c q_c (the row scale factored out of the dot product, applied after the
+//     reduce-scatter; the block's row scales are staged once in the prologue).
+//   - Flush: the checkpoint is stored as without a copy and the copy is quantised from the same fp32 registers,
+//     row group by row group (store_read_copy_row: fp16 / bf16 nearest even; fp8 the row's amax across the LPR
+//     lanes holding it, scale = max(amax * (1/448), FLT_MIN), code = e4m3_satfinite(v / scale), as
+//     quant.quantize_fp8_rows).
+// Because the non-flush row reads the checkpoint AND the copy, a copy adds read traffic instead of saving it:
+// it exists for the format's sake (a y read through a narrow copy), not for bandwidth.
+//
 // Optional in-kernel preparation (params.h options): q, k L2-normalised and q scaled where the block loads
 // them, then rounded to the activation dtype (the op's reference rounds the prepared q, k there too, and the
 // ring stores k in that dtype); raw gates turned into g, beta per head (KDA: per channel) in fp32.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/common/read_copy.cuh"
 #include "replayssm/gdn/conventional.cuh"
 #include "replayssm/gdn/params.h"
 
@@ -42,7 +64,7 @@ namespace replayssm {
 namespace gdn {
 
 // Dynamic shared memory of one block, byte offsets (all 16-byte aligned): what the block needs besides the
-// checkpoint tiles, copied once, then `stages` stages of one checkpoint tile each.
+// checkpoint tiles, copied once, then `stages` stages of one checkpoint tile (and its read copy's tile) each.
 struct SmemPlan {
   int ring_k;        // [L][K]: the key head's ring of k records
   int ring_u;        // [units][L][rows]: the chunk units' ring u records
@@ -52,12 +74,16 @@ struct SmemPlan {
   int w, ck, cq;     // [heads][L] fp32 by record j: w_j, w_j (k_j·k), w_j (k_j·q) (KDA: -, (k_j ⊙ e^{D_j})·k, ·q)
   int g_cur, decay;  // KDA: [heads][K] fp32 each: the current g and e^E per channel
   int kq_cur;        // KDA: [2][K] fp32: the current (prepared) k and q
+  int read_scale;    // fp8 read copy: [units][rows] fp32, the row scales of the units' copy rows (else empty)
   int stage0, stage_bytes;
+  int stage_copy;    // read copy: offset of the copy tile within a stage (after the checkpoint tile)
   int bytes;
 };
 
+// copy_bytes: bytes per element of the read copy (0: none); unit_scales: fp32 scales per unit of the copy (fp8:
+// rows, else 0).
 inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int state_bytes, int act_bytes, int stages,
-                          bool kda) {
+                          bool kda, int copy_bytes = 0, int unit_scales = 0) {
   SmemPlan s{};
   int off = 0;
   auto take = [&](int bytes) {
@@ -76,8 +102,10 @@ inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int stat
   s.g_cur = take(kda ? heads * K * 4 : 0);
   s.decay = take(kda ? heads * K * 4 : 0);
   s.kq_cur = take(kda ? 2 * K * 4 : 0);
+  s.read_scale = take(units * unit_scales * 4);
   s.stage0 = off;
-  s.stage_bytes = round_up(rows * K * state_bytes, 16);
+  s.stage_copy = round_up(rows * K * state_bytes, 16);
+  s.stage_bytes = s.stage_copy + round_up(rows * K * copy_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
 }
@@ -110,13 +138,19 @@ __device__ __forceinline__ float gate_beta(const rssm_gdn_decode_params& p, int 
   return 1.f / (1.f + expf(-load_gate(p.b, p.gate_dtype, b * p.b_batch_stride + hv)));
 }
 
-template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA>
+template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA, typename CopyT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     decode_kernel(const __grid_constant__ rssm_gdn_decode_params p, const Shape shape, const SmemPlan sp) {
   using Tl = Tiling<StateT, K>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int SHARE = Tl::SHARE;
   constexpr int kMaxChunkHeads = kMaxUnits;
+  constexpr bool kCopy = !std::is_void_v<CopyT>;                    // a read copy (GDN replay only)
+  constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;  // ... with a scale per state row
+  using CT = std::conditional_t<kCopy, CopyT, StateT>;              // the copy's element type (StateT: unused)
+  constexpr int kCopyVecBytes = VEC * static_cast<int>(sizeof(CT));  // one vector of the copy
+  static_assert(!kCopy || (REPLAY && !KDA), "read copies exist for GDN in replay mode only");
+  static_assert(!kCopy || sizeof(CT) < sizeof(StateT), "a read copy is narrower than the checkpoint");
 
   extern __shared__ __align__(16) char smem[];
   __shared__ float s_g[kMaxChunkHeads], s_beta[kMaxChunkHeads];  // the chunk's value heads
@@ -145,6 +179,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
   const int64_t sh0 = static_cast<int64_t>(slot) * HV + head0;
   StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * V * K;
+  // The read copy (same layout and offsets as state_blk) and, fp8, its row scales (unit u's rows at (tile_base + u) TR).
+  CT* const read_blk = kCopy ? static_cast<CT*>(p.read_state) + sh0 * V * K : nullptr;
+  float* const read_scale_blk = kRowScale ? p.read_scale + sh0 * V : nullptr;
   const ActT* const v_blk = static_cast<const ActT*>(p.v) + b * p.v_batch_stride + head0 * p.v_head_stride;
   ActT* const y_blk = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
   ActT* const ring_u_blk = REPLAY ? static_cast<ActT*>(p.ring_u) + sh0 * L * V : nullptr;
@@ -157,19 +194,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   auto vec_step = [](int i, int c) { return i * RPI * K + c * LPR * VEC; };
   const int v_chunks = TR * static_cast<int>(sizeof(ActT)) / 8;  // 8-byte pieces of a tile row of v
   auto stage_state = [&](int stage) { return reinterpret_cast<StateT*>(smem + sp.stage0 + stage * sp.stage_bytes); };
-  // Queues this thread's own vectors of unit u's checkpoint tile into `stage` (it reads back exactly these).
+  auto stage_copy = [&](int stage) {
+    return reinterpret_cast<CT*>(smem + sp.stage0 + stage * sp.stage_bytes + sp.stage_copy);
+  };
+  // Queues this thread's own vectors of unit u's checkpoint tile (and copy tile) into `stage` (it reads back
+  // exactly these).
   auto issue_state = [&](int u, int stage) {
-    const StateT* gs = state_blk + ((tile_base + u) * TR * K + thread_off);
+    const int e0 = (tile_base + u) * TR * K + thread_off;
+    const StateT* gs = state_blk + e0;
     StateT* ss = stage_state(stage) + thread_off;
 #pragma unroll
     for (int i = 0; i < KI; ++i)
 #pragma unroll
       for (int c = 0; c < NV; ++c) cp_async<16>(ss + vec_step(i, c), gs + vec_step(i, c));
+    if constexpr (kCopy) {
+      const CT* gc = read_blk + e0;
+      CT* sc = stage_copy(stage) + thread_off;
+#pragma unroll
+      for (int i = 0; i < KI; ++i)
+#pragma unroll
+        for (int c = 0; c < NV; ++c) cp_async<kCopyVecBytes>(sc + vec_step(i, c), gc + vec_step(i, c));
+    }
   };
 
   // ---- Prologue, group 0: the units' rows of v and of every ring u record, the chunk heads' rings of g and
   // one cursor replica each (that of the head's first unit in the chunk, which this block owns), the key head's
-  // ring of k records. The whole ring is copied, so that no copy waits for a cursor.
+  // ring of k records (and, fp8 read copy, the units' row scales). The whole ring is copied, so that no copy
+  // waits for a cursor.
+  if constexpr (kRowScale) {  // the units' row scales are consecutive
+    const float* src = read_scale_blk + tile_base * TR;
+    float* dst = reinterpret_cast<float*>(smem + sp.read_scale);
+    for (int i = threadIdx.x; i < U * TR; i += blockDim.x) cp_async<4>(dst + i, src + i);
+  }
   for (int u = warp; u < U; u += nwarps) {
     const int uu = tile_base + u, off = (uu >> TL) * vhs + (uu & (T - 1)) * TR;
     for (int c = lane; c < v_chunks; c += 32)
@@ -430,6 +486,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
     const int uu = tile_base + u, h = uu >> TL, tile = uu & (T - 1), row0 = tile * TR;
     const StateT* ss = stage_state(stage);
+    const CT* cs = stage_copy(stage);  // read copy only
     const ActT* ru_s = reinterpret_cast<const ActT*>(smem + sp.ring_u) + u * L * TR;
     const ActT* v_s = reinterpret_cast<const ActT*>(smem + sp.v) + u * TR;
     const float g = KDA ? 0.f : s_g[h], beta = s_beta[h];
@@ -532,12 +589,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         partq[i] = lane_dot(s[i], Qc);
 #pragma unroll
         for (int c = 0; c < NV; ++c) store_stream(gstate + vec_step(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
+        // WRITES read_state (and fp8 read_scale) of the same rows, from the same fp32 values
+        if constexpr (kCopy)
+          store_read_copy_row<CopyT, Tl>(s[i], read_blk + (uu * TR * K + thread_off + i * RPI * K),
+                                         kRowScale ? read_scale_blk + uu * TR + warp * RW + seg + i * RPI : nullptr,
+                                         col_lane);
       }
       __syncwarp();  // s_urow is rewritten by the next unit
       yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(partq));
     } else {
       // S'k, S'q = e^E (S0 k, S0 q) + sum_{j<h} w_j (k_j·k, k_j·q) u_j; u = beta (v - S'k); y = S'q + u (k·q).
-      // KDA: S0 (e^E ⊙ k), S0 (e^E ⊙ q), and the ring weights are the per-pair products.
+      // KDA: S0 (e^E ⊙ k), S0 (e^E ⊙ q), and the ring weights are the per-pair products. With a read copy, S0 q
+      // reads the copy (fp8: its codes, the row scale applied after the reduce-scatter).
       float Ke[NV][VEC], Qe[NV][VEC];
 #pragma unroll
       for (int c = 0; c < NV; ++c)
@@ -552,10 +615,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 #pragma unroll
         for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, c), s[c]);
         partk[i] = lane_dot(s, Ke);
+        if constexpr (kCopy) {
+#pragma unroll
+          for (int c = 0; c < NV; ++c) load_vec<CT, VEC>(cs + thread_off + vec_step(i, c), s[c]);
+        }
         partq[i] = lane_dot(s, Qe);
       }
       float sk = KDA ? reduce_scatter<KI, LPR>(partk) : abar * reduce_scatter<KI, LPR>(partk);
       float sq = KDA ? reduce_scatter<KI, LPR>(partq) : abar * reduce_scatter<KI, LPR>(partq);
+      if constexpr (kRowScale) sq *= reinterpret_cast<const float*>(smem + sp.read_scale)[u * TR + my_row];
       for (int j = q; j < hist; j += SHARE) {
         const float uj = to_float(ru_s[ring_pos(origin, j, L) * TR + my_row]);
         sk = fmaf(ck_s[h * L + j], uj, sk);
@@ -597,18 +665,30 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA>
+// Bytes per element of a read copy (void: none).
+template <typename CopyT>
+constexpr int copy_elem_bytes() {
+  if constexpr (std::is_void_v<CopyT>) {
+    return 0;
+  } else {
+    return static_cast<int>(sizeof(CopyT));
+  }
+}
+
+template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA, typename CopyT = void>
 static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, K>;
   int sms = 0;
   const cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
   const int L = REPLAY ? p.buffer_len : 0;
+  constexpr int kCopyBytes = copy_elem_bytes<CopyT>();
+  constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;
   auto plan = [&](const Shape& s) {
     return smem_plan(L, K, s.rows, s.units, std::max(1, s.units >> s.tiles_log2), sizeof(StateT), sizeof(ActT),
-                     s.stages, KDA);
+                     s.stages, KDA, kCopyBytes, kRowScale ? s.rows : 0);
   };
-  const auto kernel = decode_kernel<StateT, ActT, K, REPLAY, KDA>;
+  const auto kernel = decode_kernel<StateT, ActT, K, REPLAY, KDA, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
   return launch_unit_pipeline(
       kernel, overhead, p,
@@ -617,20 +697,26 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
       stream);
 }
 
-// Host launch for one (state dtype, activation dtype, head_k_dim) specialisation; params already validated.
-template <typename StateT, typename ActT, int K>
+// Host launch for one (state dtype, activation dtype, head_k_dim, read copy) specialisation; params already
+// validated. CopyT void: no read copy, every mode; otherwise GDN replay only (validation refuses the rest).
+template <typename StateT, typename ActT, int K, typename CopyT>
 cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
-  if (p.per_channel_decay) {
-    if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, true>(p, stream);
-    return launch_mode<StateT, ActT, K, false, true>(p, stream);
+  if constexpr (!std::is_void_v<CopyT>) {
+    return launch_mode<StateT, ActT, K, true, false, CopyT>(p, stream);
+  } else {
+    if (p.per_channel_decay) {
+      if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, true>(p, stream);
+      return launch_mode<StateT, ActT, K, false, true>(p, stream);
+    }
+    if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, false>(p, stream);
+    // The conventional step on prepared inputs: one warp per tile of state rows (gdn/conventional.cuh),
+    // bit-identical to launch_mode<..., false, false>; with in-kernel q/k preparation or raw gates, the
+    // pipelined kernel, which implements them.
+    if (p.qk_flags == 0 && p.gate_mode == RSSM_GDN_GATES_PRECOMPUTED)
+      return launch_conventional_warp<StateT, ActT, K>(p, stream);
+    return launch_mode<StateT, ActT, K, false, false>(p, stream);
   }
-  if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, false>(p, stream);
-  // The conventional step on prepared inputs: one warp per tile of state rows (gdn/conventional.cuh),
-  // bit-identical to launch_mode<..., false, false>; with in-kernel q/k preparation or raw gates, the
-  // pipelined kernel, which implements them.
-  if (p.qk_flags == 0 && p.gate_mode == RSSM_GDN_GATES_PRECOMPUTED) return launch_conventional_warp<StateT, ActT, K>(p, stream);
-  return launch_mode<StateT, ActT, K, false, false>(p, stream);
 }
 
 }  // namespace gdn

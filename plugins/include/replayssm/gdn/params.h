@@ -87,6 +87,13 @@ typedef struct rssm_gdn_decode_params {
   int64_t a_batch_stride, a_head_stride, b_batch_stride;  // b: heads contiguous
   int64_t A_log_head_stride, A_log_k_stride;       // element of (head hv, channel c): hv * head + c * k stride
   int64_t dt_bias_head_stride, dt_bias_k_stride;   // (k strides are read by KDA only; 0 broadcasts over K)
+
+  // ---- read copy (appended; replay, GDN only; rssm_read_format fp16 / bf16 / fp8, not nvfp4). The output read
+  //      y = S q of a non-flush row reads the copy; S k (it feeds the correction u, hence the recurrence) reads
+  //      the checkpoint. A flush row stores the checkpoint and rewrites the copy from the same fp32 values ----
+  int32_t read_format;  // rssm_read_format; RSSM_READ_NONE: the fields below are ignored
+  void* read_state;     // [num_slots, HV, V, K] fp16 / bf16 / fp8 e4m3; 16-byte aligned. WRITTEN: flush rows
+  float* read_scale;    // fp8 only: [num_slots, HV, V] fp32, amax of the row / 448; 4-byte aligned. WRITTEN: flush rows
 } rssm_gdn_decode_params;
 
 #ifdef __cplusplus

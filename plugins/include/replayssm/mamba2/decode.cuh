@@ -71,6 +71,7 @@
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/common/read_copy.cuh"
 #include "replayssm/mamba2/conventional.cuh"
 #include "replayssm/mamba2/output_only.cuh"
 #include "replayssm/mamba2/params.h"
@@ -122,37 +123,6 @@ inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile
   s.stage_bytes = round_up(tile_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
-}
-
-// Flush: stores a thread's fp32 state vectors s (Tiling Tl; instruction i covers row `i * RPI` past the
-// thread's first row) into the read copy at `dst` (the thread's first copy element) and, for fp8, the scales of
-// those rows at `scale_dst` (the thread's first row; written by the row's first lane). Same rounding as
-// trtllm_replayssm/quant.py: fp16/bf16 nearest even; fp8 scale = max(amax * (1/448), FLT_MIN) (the reciprocal
-// rounded to fp32) with the amax across the row's LPR lanes, code = e4m3(v / scale) (IEEE division, saturating).
-template <typename CopyT, typename Tl>
-__device__ __forceinline__ void store_read_copy(float (&s)[Tl::KI][Tl::NV][Tl::VEC], CopyT* dst, float* scale_dst,
-                                                int col_lane) {
-  constexpr int VEC = Tl::VEC, NV = Tl::NV, KI = Tl::KI, LPR = Tl::LPR, RPI = Tl::RPI;
-#pragma unroll
-  for (int i = 0; i < KI; ++i) {
-    float scale = 1.f;
-    if constexpr (std::is_same_v<CopyT, __nv_fp8_e4m3>) {
-      float amax = 0.f;
-#pragma unroll
-      for (int v = 0; v < NV; ++v)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) amax = fmaxf(amax, fabsf(s[i][v][e]));
-      scale = fmaxf(group_max<LPR>(amax) * (1.f / 448.f), FLT_MIN);
-      if (col_lane == 0) scale_dst[i * RPI] = scale;  // WRITES read_scale[slot, head, row]
-    }
-#pragma unroll
-    for (int v = 0; v < NV; ++v) {
-      float q[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) q[e] = std::is_same_v<CopyT, __nv_fp8_e4m3> ? s[i][v][e] / scale : s[i][v][e];
-      store_vec<CopyT, VEC>(dst + i * RPI * Tl::ROW + v * LPR * VEC, q);  // WRITES read_state[slot, head, row, :]
-    }
-  }
 }
 
 // nvfp4 (quant.py): rows per fp32 group scale, elements per e4m3 block scale, and 448 * 6 (the largest
