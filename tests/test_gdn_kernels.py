@@ -18,7 +18,7 @@ from conftest import poisoned
 from gdn_cases import clone_pool, fold_ring, gate_params, random_pool, raw_step_inputs, step_inputs
 from mamba2_cases import rel_err, slot_map
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
+from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN, GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_step, prepare_qk
 from trtllm_replayssm.ops.gdn.replay_reference import (gdn_conventional_decode_reference,
@@ -400,3 +400,168 @@ def test_conventional_refuses_state_on_another_device():
     q, k, v, g, beta = _inputs(GdnLayerShape(*BASE), 3, BF16)
     with pytest.raises(ValueError, match=r"state is on cpu, expected cuda:\d"):
         gdn_conventional_decode(torch.zeros(3, 4, 128, 128), GdnLayerShape(*BASE), q, k, v, g=g, beta=beta)
+
+
+# ---- The split route (gdn/output_only.cuh) against the combined kernel ----
+#
+# RSSM_ROUTES=split forces the output-only mapping where it exists (fp32 checkpoint, bf16 / fp16 activations,
+# K = 128, scalar decay, L 2..32), RSSM_ROUTES=combined the combined kernel. The output-only kernel forms every
+# value that enters the recurrence (the prepared q, k, the gates, the ring dots and weights, S'k and so u, a
+# flushing row's S' and S) with the combined kernel's fp32 operations in the same order (output_only.cuh's
+# header): every pool buffer, the checkpoint included, is bit-identical after every step. A non-flush row's y
+# sums its window terms in another order (once per row, in the prologue), so y is within two roundings of the
+# activation dtype of the combined kernel's (an fp32 sum in another order, then one rounding each).
+
+SPLIT_INPUTS = ["prepared", "raw_qk", "raw_gates", "raw"]
+
+
+def _split_step_inputs(shape, batch, act_dtype, inputs, A_log, dt_bias):
+    """(q, k, v, keyword arguments of gdn_replay_decode) for one step: q, k prepared here (qk_flags 0) or raw
+    (normalised and scaled in the kernel); gates precomputed or raw."""
+    q, k, v, g, beta = _inputs(shape, batch, act_dtype)
+    rq, rk, _, a, b = raw_step_inputs(shape, batch, act_dtype, DEV)
+    kw = {}
+    if inputs in ("raw_qk", "raw"):
+        q, k = rq, rk
+    else:
+        kw.update(PREPARED)
+    if inputs in ("raw_gates", "raw"):
+        kw.update(a=a, b=b, A_log=A_log, dt_bias=dt_bias)
+    else:
+        kw.update(g=g, beta=beta)
+    return q, k, v, kw
+
+
+def _kernel_names(fn):
+    """Names of the CUDA kernels fn() launches (torch.profiler), or None when the profiler records none."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return names or None
+
+
+def _run_routes(monkeypatch, pools, q, k, v, kw, slots, profile_split=False):
+    """One step on each (pool, route); returns the outputs (poisoned first) and, with profile_split, whether
+    the split route's step launched the output-only kernel (None: the profiler recorded nothing)."""
+    outs, ran = [], None
+    for pool, routes in pools:
+        monkeypatch.setenv("RSSM_ROUTES", routes)
+        out = poisoned(tuple(v.shape), v.dtype, DEV)
+        step = lambda: gdn_replay_decode(pool, q, k, v, **kw, slot_idx=slots, out=out)  # noqa: E731
+        if profile_split and routes == "split":
+            names = _kernel_names(step)
+            ran = None if names is None else any("output_only_kernel" in n for n in names)
+        else:
+            step()
+        outs.append(out)
+    torch.cuda.synchronize()
+    return outs, ran
+
+
+@pytest.mark.parametrize("inputs", SPLIT_INPUTS)
+@pytest.mark.parametrize("act_dtype", [BF16, F16], ids=dtype_name)
+@pytest.mark.parametrize("V, hpg", [(64, 4), (128, 2), (128, 16)], ids=lambda v: str(v))
+@pytest.mark.parametrize("L", [5, 8, 16, 32])
+def test_gdn_split_route_matches_the_combined_kernel(monkeypatch, L, V, hpg, act_dtype, inputs):
+    """The replay step in output_only.cuh's mapping against the combined kernel on identical pools over 2L+3
+    steps: cursors desynchronised per key head (the value heads of a key head share its ring of k records and so,
+    in every step the library makes, their cursor; rows mix flushing and reading key heads), a padding row,
+    shuffled slots, q / k prepared or raw, gates precomputed or raw. Every pool buffer (checkpoint, rings,
+    cursors) bit-identical after every step; y within two roundings of the activation dtype; padded rows'
+    outputs untouched and live ones fully written; the split step launched the output-only kernel (profiler; or,
+    without one, some y one rounding apart). hpg 16 at V 128: blocks of 8 heads, two chunks per key head (only
+    chunk 0 writes the ring k record)."""
+    H = 2
+    shape = GdnLayerShape(H, H * hpg, 128, V)
+    num_slots, batch = 9, 7
+    split = random_pool(shape, num_slots, ReplayConfig(L, F32, act_dtype), DEV)
+    per_key = lambda: torch.randint(0, L, (num_slots, H, 1), device=DEV, dtype=torch.int32)  # noqa: E731
+    split.cursor[..., CURSOR_HISTORY] = per_key().repeat_interleave(hpg, 1)
+    split.cursor[..., CURSOR_ORIGIN] = per_key().repeat_interleave(hpg, 1)
+    combined = clone_pool(split)
+    A_log, dt_bias = gate_params(shape, DEV)
+    ulp = 2.0 ** -7 if act_dtype == BF16 else 2.0 ** -10
+    rounded_apart, ran_any = False, None
+    for step in range(2 * L + 3):
+        slots = slot_map(batch, num_slots, n_pad=1, device=DEV)
+        q, k, v, kw = _split_step_inputs(shape, batch, act_dtype, inputs, A_log, dt_bias)
+        (a_out, b_out), ran = _run_routes(monkeypatch, ((split, "split"), (combined, "combined")), q, k, v, kw, slots,
+                                          profile_split=step in (0, 2 * L + 2))
+        if ran is not None:
+            assert ran, f"step {step}: RSSM_ROUTES=split did not launch the output-only kernel"
+            ran_any = True
+        live = slots >= 0
+        assert torch.isnan(a_out[~live]).all(), f"step {step}: padded row written"
+        assert not torch.isnan(a_out[live]).any(), f"step {step}: output not fully written"
+        a, b = a_out[live].float(), b_out[live].float()
+        torch.testing.assert_close(a, b, rtol=2 * ulp, atol=2 * ulp * float(b.abs().max()),
+                                   msg=lambda m: f"step {step}: y of the split route: {m}")
+        rounded_apart |= not torch.equal(a, b)
+        for name, t in split.buffers.items():
+            assert torch.equal(t, combined.buffers[name]), f"step {step}: {name} differs from the combined kernel"
+    assert ran_any or rounded_apart, "no proof that the output-only kernel ran (no profiler, y bit-identical)"
+
+
+def test_gdn_split_route_with_every_row_flushing(monkeypatch):
+    """300 rows, every one flushing in the same step (every block of the output-only kernel rebuilds all its
+    heads), then a step of reading rows; raw q, k and gates. Every pool buffer bit-identical to the combined
+    kernel's, y within two bf16 roundings, every live row flushed."""
+    L, batch, num_slots = 8, 300, 304
+    shape = GdnLayerShape(2, 16, 128, 128)
+    split = random_pool(shape, num_slots, ReplayConfig(L, F32, BF16), DEV, desync=False)
+    split.set_cursor(slice(None), L - 1, torch.randint(0, L, (num_slots,), device=DEV, dtype=torch.int32))
+    combined = clone_pool(split)
+    A_log, dt_bias = gate_params(shape, DEV)
+    for step in range(2):
+        slots = slot_map(batch, num_slots, n_pad=3, device=DEV)
+        q, k, v, kw = _split_step_inputs(shape, batch, BF16, "raw", A_log, dt_bias)
+        (a_out, b_out), ran = _run_routes(monkeypatch, ((split, "split"), (combined, "combined")), q, k, v, kw, slots,
+                                          profile_split=True)
+        assert ran is None or ran, f"step {step}: RSSM_ROUTES=split did not launch the output-only kernel"
+        live = slots >= 0
+        assert torch.isnan(a_out[~live]).all() and not torch.isnan(a_out[live]).any(), f"step {step}"
+        a, b = a_out[live].float(), b_out[live].float()
+        torch.testing.assert_close(a, b, rtol=2 ** -6, atol=2 ** -6 * float(b.abs().max()),
+                                   msg=lambda m: f"step {step}: y of the split route: {m}")
+        for name, t in split.buffers.items():
+            assert torch.equal(t, combined.buffers[name]), f"step {step}: {name} differs from the combined kernel"
+        if step == 0:
+            assert (split.history()[slots[live].long().cpu()] == 0).all(), "every live row flushed"
+
+
+@pytest.mark.parametrize("dtypes, dims, L", [((F32, BF16), (2, 8, 128, 128), 16), ((F32, F16), (1, 4, 128, 64), 5),
+                                             ((F32, BF16), (2, 32, 128, 128), 32)], ids=_id)
+@pytest.mark.parametrize("raw", [False, True], ids=["prepared", "raw"])
+def test_gdn_split_route_matches_reference(monkeypatch, dtypes, dims, L, raw):
+    """The split route forced (RSSM_ROUTES=split) through the reference test above: 3L+3 steps against the
+    PyTorch reference, padding, unused slots and out's view checked."""
+    monkeypatch.setenv("RSSM_ROUTES", "split")
+    _check_replay_against_reference(dtypes, dims, L, raw=raw)
+
+
+@pytest.mark.parametrize("L", [4, 16])
+def test_gdn_split_route_matches_fp64_recurrence(monkeypatch, L):
+    """fp32 checkpoint, bf16 activations, raw q, k and gates, the split route forced: outputs track the fp64
+    sequential recurrence (fed the same bf16-rounded prepared q, k and v) over 3L+40 steps, and checkpoint + ring
+    hold its state at the end. Tolerance: bf16's (y and the ring's u records are rounded to bf16, the
+    recurrence keeps fp64)."""
+    monkeypatch.setenv("RSSM_ROUTES", "split")
+    shape = GdnLayerShape(2, 8, 128, 128)
+    pool = random_pool(shape, 8, ReplayConfig(L, F32, BF16), DEV)
+    states = fold_ring(pool)
+    A_log, dt_bias = gate_params(shape, DEV)
+    for step in range(3 * L + 40):
+        slots = slot_map(6, 8, n_pad=1, device=DEV)
+        q, k, v, a, b = raw_step_inputs(shape, 6, BF16, DEV)
+        y = gdn_replay_decode(pool, q, k, v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, slot_idx=slots)
+        qp, kp = (t.to(BF16) for t in prepare_qk(q, k))
+        g, beta = gdn_gating(a, b, A_log, dt_bias)
+        for row, s in enumerate(slots.tolist()):
+            if s < 0:
+                continue
+            y64, st = gdn_step(states[s:s + 1], *(t[row:row + 1].double().cpu() for t in (qp, kp, v, g, beta)))
+            states[s] = st[0]
+            assert rel_err(y[row].cpu(), y64[0]) < TOL[BF16], f"step {step} row {row}"
+    assert rel_err(fold_ring(pool), states) < TOL[BF16], "pool state off the recurrence"

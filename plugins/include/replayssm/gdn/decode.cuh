@@ -51,6 +51,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "replayssm/common/async_copy.cuh"
@@ -58,6 +60,8 @@
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/read_copy.cuh"
 #include "replayssm/gdn/conventional.cuh"
+#include "replayssm/gdn/gates.cuh"
+#include "replayssm/gdn/output_only.cuh"
 #include "replayssm/gdn/params.h"
 
 namespace replayssm {
@@ -108,34 +112,6 @@ inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int stat
   s.stage_bytes = s.stage_copy + round_up(rows * K * copy_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
-}
-
-// One element of a raw gate input of the given rssm_dtype, widened to fp32.
-__device__ __forceinline__ float load_gate(const void* ptr, int dtype, int64_t i) {
-  switch (dtype) {
-    case RSSM_DTYPE_FP16: return to_float(static_cast<const __half*>(ptr)[i]);
-    case RSSM_DTYPE_BF16: return to_float(static_cast<const __nv_bfloat16*>(ptr)[i]);
-    default: return static_cast<const float*>(ptr)[i];
-  }
-}
-
-// g = -exp(A_log) softplus(a + dt_bias) for value head hv (KDA: at key channel c) of batch row b, from the raw
-// gates, or the precomputed g; fp32 as reference.gdn_gating.
-template <bool KDA>
-__device__ __forceinline__ float gate_g(const rssm_gdn_decode_params& p, int b, int hv, int c) {
-  if (p.gate_mode != RSSM_GDN_GATES_RAW)
-    return KDA ? p.g[b * p.g_batch_stride + hv * p.g_head_stride + c] : p.g[b * p.g_batch_stride + hv];
-  const int64_t ia = b * p.a_batch_stride + hv * p.a_head_stride + (KDA ? c : 0);
-  const int64_t il = hv * p.A_log_head_stride + (KDA ? c * p.A_log_k_stride : 0);
-  const int64_t id = hv * p.dt_bias_head_stride + (KDA ? c * p.dt_bias_k_stride : 0);
-  const float x = load_gate(p.a, p.gate_dtype, ia) + load_gate(p.dt_bias, p.gate_param_dtype, id);
-  return -expf(load_gate(p.A_log, p.gate_param_dtype, il)) * softplus_thresholded(x);
-}
-
-// beta of value head hv of batch row b: sigmoid(b) from the raw gates, or the precomputed beta.
-__device__ __forceinline__ float gate_beta(const rssm_gdn_decode_params& p, int b, int hv) {
-  if (p.gate_mode != RSSM_GDN_GATES_RAW) return p.beta[b * p.beta_batch_stride + hv];
-  return 1.f / (1.f + expf(-load_gate(p.b, p.gate_dtype, b * p.b_batch_stride + hv)));
 }
 
 template <typename StateT, typename ActT, int K, bool REPLAY, bool KDA, typename CopyT>
@@ -273,37 +249,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
     load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
   }
-  if (p.qk_flags) {  // in-kernel preparation of q and k (warp-uniform)
-    if (p.qk_flags & RSSM_GDN_QK_L2NORM) {
-      // |k|², |q|² over the LPR lanes of a row, which hold all K columns between them.
-      float nk = 0.f, nq = 0.f;
-#pragma unroll
-      for (int c = 0; c < NV; ++c)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          nk = fmaf(Kc[c][e], Kc[c][e], nk);
-          nq = fmaf(Qc[c][e], Qc[c][e], nq);
-        }
-      const float rk = rsqrtf(group_sum<LPR>(nk) + 1e-6f), rq = rsqrtf(group_sum<LPR>(nq) + 1e-6f);
-#pragma unroll
-      for (int c = 0; c < NV; ++c)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          Kc[c][e] *= rk;
-          Qc[c][e] *= rq;
-        }
-    }
-    const float qs = (p.qk_flags & RSSM_GDN_QK_SCALE) ? p.q_scale : 1.f;
-    // Rounding point: the prepared q and k are rounded to the activation dtype (as the reference prepares them,
-    // and as the ring stores k), and every product below reads the rounded values.
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        Kc[c][e] = to_float(from_float<ActT>(Kc[c][e]));
-        Qc[c][e] = to_float(from_float<ActT>(Qc[c][e] * qs));
-      }
-  }
+  // In-kernel preparation of q and k (gates.cuh; output_only.cuh calls it with this kernel's fp32 K = 128 tiling
+  // to get the same bits).
+  prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);
   float* const g_cur_s = reinterpret_cast<float*>(smem + sp.g_cur);  // KDA only
   float* const decay_s = reinterpret_cast<float*>(smem + sp.decay);  // KDA only
   float* const kq_cur_s = reinterpret_cast<float*>(smem + sp.kq_cur);  // KDA only: [0, K) k, [K, 2K) q
@@ -697,6 +645,37 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
       stream);
 }
 
+// Whether the replay step takes output_only.cuh's mapping (the "split" route: one launch, flushing rows rebuilt
+// in it), and with how many value heads per block (0: the combined kernel). It exists for an fp32 checkpoint,
+// bf16 / fp16 activations, K = 128 and scalar decay; output_only::heads_per_block() gives the most heads a block
+// can take (and 0 for the shapes it does not take). The policy is Mamba-2's (mamba2/decode.cuh
+// output_only_heads, measured there on the H200: docs/mamba2.md): a flushing block takes about twice a reading
+// block, so blocks of at most 8 heads, taken when the launch has at least 24 of them per multiprocessor; smaller
+// launches keep the combined kernel, whose flush units are finer. RSSM_ROUTES=split / combined in the
+// environment forces one or the other where both exist (A/B measurements, the tests that compare both);
+// RSSM_OO_HEADS=<n> takes n heads per block instead (A/B only; a divisor of the default). Both are read at every
+// launch; the choice is made before anything is launched.
+template <typename StateT, typename ActT, int K>
+constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
+constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
+constexpr int kOutputOnlyBlocksPerSm = 24;   // fewest blocks per multiprocessor for the split route
+constexpr bool kOutputOnlyByDefault = false;  // not yet measured: taken only when RSSM_ROUTES=split forces it
+inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
+  const char* v = std::getenv("RSSM_ROUTES");
+  const std::string forced = v ? v : "";
+  if (hpb <= 0 || forced == "combined") return 0;
+  while (hpb > kOutputOnlyBlockHeads && (hpb / 2 * p.head_v_dim) % output_only::kRowQuantum == 0) hpb /= 2;
+  if (const char* h = std::getenv("RSSM_OO_HEADS")) {
+    const int want = std::atoi(h);
+    if (want > 0 && want < hpb && hpb % want == 0 && (want * p.head_v_dim) % output_only::kRowQuantum == 0) hpb = want;
+  }
+  if (forced == "split") return hpb;
+  // Opt-in until measured on the H200 (RSSM_ROUTES=split): the default keeps the combined kernel. The policy to
+  // switch on then is Mamba-2's, below.
+  const long long blocks = static_cast<long long>(p.batch) * (p.num_v_heads / hpb);
+  return kOutputOnlyByDefault && blocks >= static_cast<long long>(kOutputOnlyBlocksPerSm) * sms ? hpb : 0;
+}
+
 // Host launch for one (state dtype, activation dtype, head_k_dim, read copy) specialisation; params already
 // validated. CopyT void: no read copy, every mode; otherwise GDN replay only (validation refuses the rest).
 template <typename StateT, typename ActT, int K, typename CopyT>
@@ -709,7 +688,17 @@ cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) 
       if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, true>(p, stream);
       return launch_mode<StateT, ActT, K, false, true>(p, stream);
     }
-    if (p.mode == RSSM_GDN_REPLAY) return launch_mode<StateT, ActT, K, true, false>(p, stream);
+    if (p.mode == RSSM_GDN_REPLAY) {
+      if constexpr (kSplitRoute<StateT, ActT, K>) {
+        int smem_per_sm = 0, sms = 0;
+        cudaError_t err = device_smem_per_sm(smem_per_sm);
+        if (err == cudaSuccess) err = device_sms(sms);
+        if (err != cudaSuccess) return err;
+        const int hpb = output_only_heads(p, output_only::heads_per_block<ActT>(p, smem_per_sm), sms);
+        if (hpb > 0) return output_only::launch<ActT>(p, hpb, stream);
+      }
+      return launch_mode<StateT, ActT, K, true, false>(p, stream);
+    }
     // The conventional step on prepared inputs: one warp per tile of state rows (gdn/conventional.cuh),
     // bit-identical to launch_mode<..., false, false>; with in-kernel q/k preparation or raw gates, the
     // pipelined kernel, which implements them.

@@ -1,0 +1,413 @@
+// Gated DeltaNet ReplaySSM: the replay step's rows in a read mapping of their own, as mamba2/output_only.cuh
+// does for Mamba-2 (its header and docs/mamba2.md give the reasons and the measurements). Scalar decay only (KDA
+// keeps the combined kernel), fp32 checkpoint, bf16 / fp16 activations, K = 128, V a multiple of 16, L 2..32;
+// decode.cuh's launch_decode decides per step whether this kernel or the combined one runs (never both).
+//
+// The maths is decode.cuh's (header): per row, with h records since the checkpoint S0, w_j = e^{D_j}, e^E,
+//   non-flush (h < L-1): S'k = e^E (S0 k) + sum_{j<h} w_j (k_j·k) u_j ;  u = beta (v - S'k) ;
+//                        y = e^E (S0 q) + sum_{j<h} w_j (k_j·q) u_j + u (k·q) ;  append (u, k, g)
+//   flush (h = L-1):     S' = e^E S0 + sum_{j<h} (w_j u_j) k_jᵀ ;  u = beta (v - S'k) ;  S = S' + u kᵀ ;
+//                        y = S q ;  store S ;  history := 0
+// Mapping: one block per (batch row, key head, chunk of `hpb` value heads of that key head), 8 warps; a state row
+// (one of a value head's V rows of K fp32) is read by 4 lanes, lane c = lane % 4 holding the 32 columns
+// 16 m + 4 c + e (m < 8, e < 4), so that the four lanes of a row read 64 contiguous bytes per load; a warp step
+// covers 8 rows, two steps of loads are in flight, the first ones issued before the prologue (they depend on the
+// slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
+// cursors (replica 0), the current v; one warp prepares q, k; it computes k_pos·k, k_pos·q per ring position and
+// k·q of the token, the window weights per head, and once per row pre[v] = sum_{j<h} w_j (k_j·q) u_j[v].
+//
+// Same bits as the combined kernel where the recurrence is concerned. The combined kernel's fp32 K = 128 tiling
+// (Tiling<float, 128>: lane l holds columns 4 l .. 4 l + 3 of 8 rows) sums a row's dot product as FMA chains
+// over 4 columns, a butterfly over lanes l, l ^ 16, l ^ 8, l ^ 4 (reduce_scatter), then over the 4 lanes
+// l % 4 (group_sum<4>). Lane c of this mapping holds exactly the columns of that kernel's lanes 4 m + c, so it
+// forms the same chains and adds them in the same tree (tree8 below), and the ring terms of S'k go to the same
+// quarter (records j = c mod 4, in increasing j) before the same two shuffles. Hence:
+//   - u (so the ring u records) and a flushing row's checkpoint and y are bit-identical to the combined kernel's
+//     (the same fp32 operations in the same order: the q, k preparation and the gates are gates.cuh's functions,
+//     the ring dots, weights and suffix sums decode.cuh's order);
+//   - a non-flush row's y reads pre[v] (its window terms summed once per row in the prologue, in another order)
+//     and differs from the combined kernel's by the order of an fp32 sum, before rounding to the activation dtype.
+// Each block owns its heads' cursors (reads replica 0, writes every replica), its heads' ring u and g records and
+// checkpoint rows; the key head's chunk 0 writes its ring k record (decode.cuh does the same from its first unit).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "replayssm/common/async_copy.cuh"
+#include "replayssm/common/decode_tiling.cuh"
+#include "replayssm/common/math.cuh"
+#include "replayssm/gdn/gates.cuh"
+#include "replayssm/gdn/params.h"
+
+namespace replayssm {
+namespace gdn {
+namespace output_only {
+
+constexpr int kK = 128;           // head_k_dim of this route (others take the combined kernel)
+constexpr int kWarps = 8;         // warps per block
+constexpr int kMaxHeads = 16;     // value heads per block
+constexpr int kMaxLen = 32;       // L of this route (one lane per record in the weights' scan)
+constexpr int kRowQuantum = 128;  // a block's rows (heads x V) are a multiple: whole 16-row batches per warp
+constexpr int kUPad = 8;          // ring u records in shared memory: V + 8 elements apart (16 bytes), so that the
+                                  // 4 lanes of a row, reading records j = c, c + 4, ..., hit distinct banks
+
+// Shared memory of one block, byte offsets (each 16-byte aligned).
+struct Smem {
+  int ring_k, ring_u, v, ring_g, kq, w, ck, cq, pre, k32, bytes;
+};
+__host__ __device__ inline Smem smem_layout(int L, int heads, int V, int act_bytes) {
+  Smem s{};
+  int off = 0;
+  auto take = [&](int bytes) {
+    const int at = off;
+    off += round_up(bytes, 16);
+    return at;
+  };
+  s.ring_k = take(L * kK * act_bytes);                  // [L][K] the key head's ring of k records
+  s.ring_u = take(heads * L * (V + kUPad) * act_bytes);  // [heads][L][V + pad] the heads' ring u records
+  s.v = take(heads * V * act_bytes);                    // [heads][V] the current v
+  s.ring_g = take(heads * round_up(L, 4) * 4);          // [heads][round_up(L, 4)] fp32 ring g
+  s.kq = take(2 * kK * 4);                              // [2][K] fp32: the current (prepared) k, then q
+  s.w = take(heads * L * 4);                            // [heads][L] w_j by record j (0 outside the window)
+  s.ck = take(heads * L * 4);                           // [heads][L] w_j (k_j·k) by record j
+  s.cq = take(heads * L * 4);                           // [heads][L] w_j (k_j·q) by record j
+  s.pre = take(heads * V * 4);                          // [heads * V] the window's part of y, per row
+  s.k32 = take(L * kK * 4);                             // [L][K] the k records in fp32 (flushing heads)
+  s.bytes = off;
+  return s;
+}
+
+// A lane's 32 columns of one state row (16 m + 4 c + e: vector m at float4 index 4 m + c of the row).
+struct Row {
+  float4 v[8];
+};
+
+__device__ __forceinline__ Row load_row(const float* row, int lane) {
+  Row r;
+  const float4* src = reinterpret_cast<const float4*>(row) + lane % 4;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) r.v[m] = __ldcs(src + m * 4);
+  return r;
+}
+
+// A 16-byte shared-memory load the compiler may neither hoist nor merge with another: the current k and q are
+// read again at every row (from shared memory, 8 vectors each per row) instead of living in 64 registers next to
+// the two warp steps of state in flight (which would spill at 2 blocks per multiprocessor).
+__device__ __forceinline__ float4 lds4(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p)))
+               : "memory");
+  return v;
+}
+
+// The lane's part of a row's dot product with a K-vector x (fp32 in shared memory), in the combined kernel's
+// order: per vector m an FMA chain over its 4 columns from 0 (decode.cuh's lane_dot for lane 4 m + c), then the
+// tree of its reduce_scatter over lanes l ^ 16, l ^ 8, l ^ 4 (m ^ 4, m ^ 2, m ^ 1).
+__device__ __forceinline__ float row_dot(const Row& r, const float* x_s, int lane) {
+  float p[8];
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 x = lds4(x_s + 16 * m + 4 * (lane % 4));
+    float acc = 0.f;
+    acc = fmaf(r.v[m].x, x.x, acc);
+    acc = fmaf(r.v[m].y, x.y, acc);
+    acc = fmaf(r.v[m].z, x.z, acc);
+    acc = fmaf(r.v[m].w, x.w, acc);
+    p[m] = acc;
+  }
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+// A flushing head's rows, K warp steps at once (the lane's rows r, r + 8, ...): S' = e^E S0 + sum_{j<h}
+// (w_j u_j) k_j (the k records in fp32 in shared memory; one vector read feeds 4 K FMAs: the loop is bound by
+// shared-memory reads), u = beta (v - S'k), S = S' + u k, y = S q, S stored in place (WRITES state). The same
+// fp32 operations in the same order as decode.cuh's flush route (row_dot's tree, then group_sum<4>), so the
+// checkpoint, u and y are the combined kernel's bit for bit. ru: the first row's u records by ring position
+// (stride us); w: w_j by record; v_s, y: the first row's v and y; row: its checkpoint row.
+template <int K, typename ActT>
+__device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, int hist, int origin, int L,
+                                           const float* w, const ActT* ru, int us, const float* k32,
+                                           const float* kq_s, const ActT* v_s, ActT* y, float* row, int lane) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      s[k].v[m].x *= abar;
+      s[k].v[m].y *= abar;
+      s[k].v[m].z *= abar;
+      s[k].v[m].w *= abar;
+    }
+#pragma unroll 1
+  for (int j = 0; j < hist; ++j) {
+    const int pos = ring_pos(origin, j, L);
+    float cu[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) cu[k] = w[j] * to_float(ru[pos * us + 8 * k]);
+    const float4* kj = reinterpret_cast<const float4*>(k32 + pos * kK) + lane % 4;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const float4 kv = kj[m * 4];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        s[k].v[m].x = fmaf(cu[k], kv.x, s[k].v[m].x);
+        s[k].v[m].y = fmaf(cu[k], kv.y, s[k].v[m].y);
+        s[k].v[m].z = fmaf(cu[k], kv.z, s[k].v[m].z);
+        s[k].v[m].w = fmaf(cu[k], kv.w, s[k].v[m].w);
+      }
+    }
+  }
+  const float* const k_s = kq_s;
+  const float* const q_s = kq_s + kK;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float sk = group_sum<4>(row_dot(s[k], k_s, lane));
+    const float u = beta * (to_float(v_s[8 * k]) - sk);
+    float4* const dst = reinterpret_cast<float4*>(row + 8 * k * kK) + lane % 4;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const float4 kv = lds4(k_s + 16 * m + 4 * (lane % 4));
+      s[k].v[m].x = fmaf(u, kv.x, s[k].v[m].x);
+      s[k].v[m].y = fmaf(u, kv.y, s[k].v[m].y);
+      s[k].v[m].z = fmaf(u, kv.z, s[k].v[m].z);
+      s[k].v[m].w = fmaf(u, kv.w, s[k].v[m].w);
+    }
+    const float yv = group_sum<4>(row_dot(s[k], q_s, lane));
+#pragma unroll
+    for (int m = 0; m < 8; ++m) __stcs(dst + m * 4, s[k].v[m]);  // WRITES state
+    if (lane % 4 == 0) y[8 * k] = from_float<ActT>(yv);          // WRITES y[b, head, row]
+  }
+}
+
+template <typename ActT>
+__global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p,
+                                                                     const int hpb) {
+  constexpr int kBatch = 2;  // warp steps of loads in flight
+  const int b = blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
+  const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
+  const int head0 = kh * hpg + chunk * hpb, L = p.buffer_len, V = p.head_v_dim, ldg = round_up(L, 4);
+  const int us = V + kUPad;  // ring u record stride in shared memory
+  const int slot = p.slot_idx ? p.slot_idx[b] : b;
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  extern __shared__ __align__(16) char smem[];
+  const Smem sp = smem_layout(L, hpb, V, sizeof(ActT));
+  ActT* const rk_s = reinterpret_cast<ActT*>(smem + sp.ring_k);
+  ActT* const ru_s = reinterpret_cast<ActT*>(smem + sp.ring_u);
+  ActT* const v_s = reinterpret_cast<ActT*>(smem + sp.v);
+  float* const rg_s = reinterpret_cast<float*>(smem + sp.ring_g);
+  float* const kq_s = reinterpret_cast<float*>(smem + sp.kq);
+  float* const w_s = reinterpret_cast<float*>(smem + sp.w);
+  float* const ck_s = reinterpret_cast<float*>(smem + sp.ck);
+  float* const cq_s = reinterpret_cast<float*>(smem + sp.cq);
+  float* const pre_s = reinterpret_cast<float*>(smem + sp.pre);
+  float* const k32_s = reinterpret_cast<float*>(smem + sp.k32);
+  __shared__ float s_kk[kMaxLen], s_kq[kMaxLen], s_kq_cur;  // k_pos·k, k_pos·q by ring position; k·q
+  __shared__ float s_g[kMaxHeads], s_beta[kMaxHeads], s_abar[kMaxHeads];
+  __shared__ int s_hist[kMaxHeads], s_origin[kMaxHeads];
+
+  const int64_t sh0 = static_cast<int64_t>(slot) * HV + head0;
+  const int64_t sk0 = static_cast<int64_t>(slot) * p.num_k_heads + kh;
+  const ActT* const v_b = static_cast<const ActT*>(p.v) + b * p.v_batch_stride + head0 * p.v_head_stride;
+  ActT* const y_b = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
+  ActT* const ring_u = static_cast<ActT*>(p.ring_u) + sh0 * L * V;  // of (slot, head0)
+  int32_t* const cursor = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+  {
+    // The whole rings (no copy waits for a cursor): the key head's k records, the heads' u records (each record
+    // to its padded place), g; and the current v.
+    const int act = sizeof(ActT);
+    const char* rkg = reinterpret_cast<const char*>(static_cast<const ActT*>(p.ring_k) + sk0 * L * kK);
+    for (int i = threadIdx.x; i < L * kK * act / 16; i += blockDim.x) cp_async<16>(smem + sp.ring_k + i * 16, rkg + i * 16);
+    const int rec16 = V * act / 16;  // 16-byte pieces of a u record
+    for (int i = threadIdx.x; i < hpb * L * rec16; i += blockDim.x) {
+      const int rec = i / rec16, c16 = i - rec * rec16;
+      cp_async<16>(ru_s + rec * us + c16 * (16 / act), ring_u + rec * V + c16 * (16 / act));
+    }
+    const float* rgg = p.ring_g + sh0 * ldg;
+    for (int i = threadIdx.x; i < hpb * ldg / 4; i += blockDim.x) cp_async<16>(rg_s + i * 4, rgg + i * 4);
+    const int v8 = V * act / 8;  // 8-byte pieces of a head's v (rows of v are 16-byte aligned, heads maybe not)
+    for (int i = threadIdx.x; i < hpb * v8; i += blockDim.x) {
+      const int hh = i / v8, c8 = i - hh * v8;
+      cp_async<8>(reinterpret_cast<char*>(v_s + hh * V) + c8 * 8,
+                  reinterpret_cast<const char*>(v_b + hh * p.v_head_stride) + c8 * 8);
+    }
+    cp_async_commit();
+  }
+  // The first rows' loads go out now: they depend on the slot only.
+  const int rpw = hpb * V / kWarps, steps = rpw / 8;
+  const int64_t warp_row0 = sh0 * V + warp * rpw;  // (slot, head0 + row / V, row % V) flattened
+  float* const lane_state = static_cast<float*>(p.state) + (warp_row0 + lane / 4) * kK;  // the lane's first row
+  Row regs[kBatch];
+#pragma unroll
+  for (int k = 0; k < kBatch; ++k)
+    if (k < steps) regs[k] = load_row(lane_state + k * 8 * kK, lane);
+
+  if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), the gates
+    const int hh = threadIdx.x, hv = head0 + hh;
+    const int32_t* cur = cursor + hh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    s_hist[hh] = min(max(cur[RSSM_CURSOR_HISTORY], 0), L - 1);  // clamped as decode.cuh
+    const int o = cur[RSSM_CURSOR_ORIGIN];
+    s_origin[hh] = (o < 0 || o >= L) ? ((o % L) + L) % L : o;
+    s_g[hh] = gate_g<false>(p, b, hv, 0);
+    s_beta[hh] = gate_beta(p, b, hv);
+  }
+  if (warp == kWarps - 1) {
+    // The current k and q, prepared (gates.cuh) in the combined kernel's fp32 K = 128 tiling (lane l: columns
+    // 4 l .. 4 l + 3), so that the norm sums in its order: the same bits.
+    float Kc[1][4], Qc[1][4];
+    load_vec<ActT, 4>(static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride + 4 * lane, Kc[0]);
+    load_vec<ActT, 4>(static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride + 4 * lane, Qc[0]);
+    prepare_qk<ActT, 1, 4, 32>(p, Kc, Qc);
+    *reinterpret_cast<float4*>(kq_s + 4 * lane) = make_float4(Kc[0][0], Kc[0][1], Kc[0][2], Kc[0][3]);
+    *reinterpret_cast<float4*>(kq_s + kK + 4 * lane) = make_float4(Qc[0][0], Qc[0][1], Qc[0][2], Qc[0][3]);
+  }
+  cp_async_wait_group<0>();
+  __syncthreads();
+  // k_pos·k, k_pos·q of every ring position and k·q of the token (index L): a warp per position, in decode.cuh's
+  // tiling and order (lane chains over 4 columns, group_sum<32>).
+  for (int j = warp; j <= L; j += kWarps) {
+    float Kc[4], Qc[4];
+    load_vec<float, 4>(kq_s + 4 * lane, Kc);
+    load_vec<float, 4>(kq_s + kK + 4 * lane, Qc);
+    float dk = 0.f, dq = 0.f;
+    if (j < L) {
+      float kj[4];
+      load_vec<ActT, 4>(rk_s + j * kK + 4 * lane, kj);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dk = fmaf(kj[e], Kc[e], dk);
+        dq = fmaf(kj[e], Qc[e], dq);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dq = fmaf(Kc[e], Qc[e], dq);
+    }
+    dk = group_sum<32>(dk);
+    dq = group_sum<32>(dq);
+    if (lane == 0) {
+      if (j < L) {
+        s_kk[j] = dk;
+        s_kq[j] = dq;
+      } else {
+        s_kq_cur = dq;
+      }
+    }
+  }
+  {  // a flushing head's k records in fp32 (exact)
+    bool flushes = false;
+    for (int hh = 0; hh < hpb; ++hh) flushes |= s_hist[hh] == L - 1;
+    if (flushes)
+      for (int i = threadIdx.x; i < L * kK; i += blockDim.x) k32_s[i] = to_float(rk_s[i]);
+  }
+  __syncthreads();
+  // Window weights, one warp per head (decode.cuh's prologue, same order): w_j = e^{D_j}, w_j (k_j·k),
+  // w_j (k_j·q) for the records j < h (0 for the others), e^E.
+  for (int hh = warp; hh < hpb; hh += kWarps) {
+    const int hist = s_hist[hh], origin = s_origin[hh], j = lane;
+    const float gj = j > hist ? 0.f : (j == hist ? s_g[hh] : rg_s[hh * ldg + ring_pos(origin, j, L)]);
+    float ex, total;
+    warp_suffix_sums(gj, ex, total);
+    if (j < L) {
+      const bool ring = j < hist;
+      const float w = ring ? expf(ex) : 0.f;
+      const int pos = ring ? ring_pos(origin, j, L) : 0;
+      w_s[hh * L + j] = w;
+      ck_s[hh * L + j] = ring ? w * s_kk[pos] : 0.f;
+      cq_s[hh * L + j] = ring ? w * s_kq[pos] : 0.f;
+    }
+    if (lane == 0) s_abar[hh] = expf(total);
+  }
+  __syncthreads();
+  // Per row, once: the window's part of y, sum_{j<h} w_j (k_j·q) u_j (y only: its order is free).
+  for (int lrow = threadIdx.x; lrow < hpb * V; lrow += blockDim.x) {
+    const int hh = lrow / V, r = lrow - hh * V, hist = s_hist[hh], origin = s_origin[hh];
+    const ActT* ru = ru_s + hh * L * us + r;
+    float acc = 0.f;
+    for (int j = 0; j < hist; ++j) acc = fmaf(cq_s[hh * L + j], to_float(ru[ring_pos(origin, j, L) * us]), acc);
+    pre_s[lrow] = acc;
+  }
+  __syncthreads();
+
+  const float kq_cur = s_kq_cur;
+#pragma unroll 1
+  for (int s0 = 0; s0 < steps; s0 += kBatch) {
+    if (s0 > 0) {
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (s0 + k < steps) regs[k] = load_row(lane_state + (s0 + k) * 8 * kK, lane);
+    }
+    // A batch's 16 rows lie in one head (the warp's rows and V are multiples of 16).
+    const int lrow0 = warp * rpw + s0 * 8, hh = lrow0 / V, r0 = lrow0 - hh * V + lane / 4;
+    const int hist = s_hist[hh], origin = s_origin[hh];
+    const float abar = s_abar[hh], beta = s_beta[hh];
+    if (hist == L - 1) {
+      flush_rows(regs, abar, beta, hist, origin, L, w_s + hh * L, ru_s + hh * L * us + r0, us, k32_s, kq_s,
+                 v_s + hh * V + r0, y_b + hh * p.y_head_stride + r0,
+                 lane_state + s0 * 8 * kK, lane);
+      continue;
+    }
+    const int pos_new = ring_pos(origin, hist, L);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int r = r0 + 8 * k;
+      // S'k in the combined kernel's order: e^E times the lane's quarter, its ring terms (records j = c mod 4),
+      // then the row's two shuffles; so u is the combined kernel's bit for bit.
+      float sk = abar * row_dot(regs[k], kq_s, lane);
+      const ActT* ru = ru_s + hh * L * us + r;
+      for (int j = lane % 4; j < hist; j += 4) sk = fmaf(ck_s[hh * L + j], to_float(ru[ring_pos(origin, j, L) * us]), sk);
+      sk = group_sum<4>(sk);
+      const float sq = group_sum<4>(row_dot(regs[k], kq_s + kK, lane));
+      const float u = beta * (to_float(v_s[hh * V + r]) - sk);
+      const float yv = fmaf(u, kq_cur, fmaf(abar, sq, pre_s[hh * V + r]));
+      if (lane % 4 == 0) {
+        y_b[hh * p.y_head_stride + r] = from_float<ActT>(yv);                // WRITES y[b, head, r]
+        ring_u[(hh * L + pos_new) * V + r] = from_float<ActT>(u);            // WRITES ring_u[slot, head, pos, r]
+      }
+    }
+  }
+  // Per head: ring g and the cursor (every replica; a flush head's history goes back to 0); per key head: the
+  // ring k record (chunk 0, by its first head, as decode.cuh).
+  if (threadIdx.x < hpb) {
+    const int hh = threadIdx.x, hist = s_hist[hh], flush = hist == L - 1;
+    if (!flush) p.ring_g[(sh0 + hh) * ldg + ring_pos(s_origin[hh], hist, L)] = s_g[hh];  // WRITES ring_g
+    int32_t* cur = cursor + hh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    for (int rep = 0; rep < RSSM_CURSOR_REPLICAS; ++rep)  // WRITES cursor history
+      cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = flush ? 0 : hist + 1;
+  }
+  if (chunk == 0 && s_hist[0] < L - 1) {
+    ActT* rk = static_cast<ActT*>(p.ring_k) + (sk0 * L + ring_pos(s_origin[0], s_hist[0], L)) * kK;
+    for (int n = threadIdx.x; n < kK; n += blockDim.x) rk[n] = from_float<ActT>(kq_s[n]);  // WRITES ring_k
+  }
+}
+
+// Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): replay,
+// scalar decay, K = 128 (the template), L 2..32, bf16 / fp16 activations (the template), V a multiple of 16, and
+// a block of the most value heads (<= 16, dividing the heads per key head) whose rows are whole 16-row batches
+// per warp and whose shared memory leaves two blocks per multiprocessor.
+template <typename ActT>
+inline int heads_per_block(const rssm_gdn_decode_params& p, int smem_per_sm) {
+  if (sizeof(ActT) != 2 || p.mode != RSSM_GDN_REPLAY || p.per_channel_decay || p.head_k_dim != kK) return 0;
+  if (p.buffer_len < 2 || p.buffer_len > kMaxLen || p.head_v_dim % 16) return 0;
+  const int hpg = p.num_v_heads / p.num_k_heads;
+  for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
+    if (hpg % hpb || (hpb * p.head_v_dim) % kRowQuantum) continue;
+    if (2 * (smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes + 2048) <= smem_per_sm) return hpb;
+  }
+  return 0;
+}
+
+template <typename ActT>
+cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, cudaStream_t stream) {
+  const auto kernel = output_only_kernel<ActT>;
+  const int bytes = smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.num_k_heads * (p.num_v_heads / p.num_k_heads / hpb), p.batch);
+  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb);
+  return cudaGetLastError();
+}
+
+}  // namespace output_only
+}  // namespace gdn
+}  // namespace replayssm
