@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
 
-  // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
+  // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's elements).
   const int64_t sh0 = static_cast<int64_t>(slot) * HV + head0;
   StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * V * K;
   // The read copy (same layout and offsets as state_blk) and, fp8, its row scales (unit u's rows at (tile_base + u) TR).
@@ -649,10 +649,11 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // in it), and with how many value heads per block (0: the combined kernel). It exists for an fp32 checkpoint,
 // bf16 / fp16 activations, K = 128 and scalar decay; output_only::heads_per_block() gives the most heads a block
 // can take (and 0 for the shapes it does not take). The policy is Mamba-2's (mamba2/decode.cuh
-// output_only_heads, measured there on the H200: docs/mamba2.md): a flushing block takes about twice a reading
-// block, so blocks of at most 8 heads, taken when the launch has at least 24 of them per multiprocessor; smaller
-// launches keep the combined kernel, whose flush units are finer. RSSM_ROUTES=split / combined in the
-// environment forces one or the other where both exist (A/B measurements, the tests that compare both);
+// output_only_heads, measured there on the H200: docs/mamba2.md), once kOutputOnlyByDefault switches it on (it
+// is off until the route is timed on the H200): a flushing block takes about twice a reading block, so blocks of
+// at most 8 heads, taken when the launch has at least 24 of them per multiprocessor; smaller launches keep the
+// combined kernel, whose flush units are finer. RSSM_ROUTES=split / combined in the environment (read by both
+// families' launches) forces one or the other where both exist (A/B measurements, the tests that compare both);
 // RSSM_OO_HEADS=<n> takes n heads per block instead (A/B only; a divisor of the default). Both are read at every
 // launch; the choice is made before anything is launched.
 template <typename StateT, typename ActT, int K>

@@ -13,8 +13,9 @@
 // 16 m + 4 c + e (m < 8, e < 4), so that the four lanes of a row read 64 contiguous bytes per load; a warp step
 // covers 8 rows, two steps of loads are in flight, the first ones issued before the prologue (they depend on the
 // slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
-// cursors (replica 0), the current v; one warp prepares q, k; it computes k_pos·k, k_pos·q per ring position and
-// k·q of the token, the window weights per head, and once per row pre[v] = sum_{j<h} w_j (k_j·q) u_j[v].
+// cursors (replica 0), the current v; warp 7 prepares q, k; every warp then takes ring positions for k_pos·k and
+// k_pos·q (and the token's k·q); one warp per head computes the window weights; and once per row
+// pre[v] = sum_{j<h} w_j (k_j·q) u_j[v].
 //
 // Same bits as the combined kernel where the recurrence is concerned. The combined kernel's fp32 K = 128 tiling
 // (Tiling<float, 128>: lane l holds columns 4 l .. 4 l + 3 of 8 rows) sums a row's dot product as FMA chains
@@ -226,7 +227,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     }
     const float* rgg = p.ring_g + sh0 * ldg;
     for (int i = threadIdx.x; i < hpb * ldg / 4; i += blockDim.x) cp_async<16>(rg_s + i * 4, rgg + i * 4);
-    const int v8 = V * act / 8;  // 8-byte pieces of a head's v (rows of v are 16-byte aligned, heads maybe not)
+    const int v8 = V * act / 8;  // 8-byte pieces of a head's v (validation makes each (row, head) 16-byte aligned,
+                                 // so 16-byte pieces would do: a candidate for the next A/B)
     for (int i = threadIdx.x; i < hpb * v8; i += blockDim.x) {
       const int hh = i / v8, c8 = i - hh * v8;
       cp_async<8>(reinterpret_cast<char*>(v_s + hh * V) + c8 * 8,

@@ -271,7 +271,7 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
   // flush in this chunk (row_flushes read their cursors), so there is no second check here; the unit loop skips
   // the chunk's non-flushing heads.
 
-  // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's bytes).
+  // Per-block bases (64-bit once); per-unit offsets from them are 32-bit (validate() bounds a slot's elements).
   const int64_t sh0 = static_cast<int64_t>(slot) * H + head0;
   StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * P * N;  // unit u's tile at (tile_base + u) TR N
   // The tile the output-only route reads (same layout and offsets as state_blk) and, fp8, its row scales
