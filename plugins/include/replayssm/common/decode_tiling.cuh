@@ -41,6 +41,16 @@ struct Tiling {
 
 __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
+// Byte offsets of consecutive regions, each 16-byte aligned: the shared-memory plans of every kernel family.
+struct SmemBump {
+  int off = 0;
+  __host__ __device__ int take(int bytes) {
+    const int at = off;
+    off += round_up(bytes, 16);
+    return at;
+  }
+};
+
 constexpr int kMaxUnits = 8;   // (head, tile) units per block
 constexpr int kMaxStages = 3;  // shared-memory stages per block: one computed, two in flight
 
@@ -134,6 +144,13 @@ __device__ __forceinline__ void warp_suffix_sums(float v, float& ex, float& tota
   const float next = __shfl_down_sync(0xffffffffu, in, 1);
   ex = lane < 31 ? next : 0.f;
   total = __shfl_sync(0xffffffffu, in, 0);
+}
+
+// A cursor as the kernels read it: the history clamped to [0, L - 1] and the origin wrapped into [0, L), so that a
+// corrupted cursor never indexes outside the ring.
+__device__ __forceinline__ int clamp_history(int history, int L) { return min(max(history, 0), L - 1); }
+__device__ __forceinline__ int wrap_origin(int origin, int L) {
+  return (origin < 0 || origin >= L) ? ((origin % L) + L) % L : origin;
 }
 
 __device__ __forceinline__ int ring_pos(int origin, int j, int L) {

@@ -45,17 +45,12 @@ struct SmemPlan {
 
 inline SmemPlan smem_plan(int width, int tokens, int kernel_size, int state_bytes) {
   SmemPlan s{};
-  int off = 0;
-  auto take = [&](int bytes) {
-    const int at = off;
-    off += round_up(bytes, 16);
-    return at;
-  };
-  s.win = take(kTileChannels * width * state_bytes);
-  s.x = take(tokens * kTileChannels * 4);
-  s.w = take(kTileChannels * kernel_size * 4);
-  s.bias = take(kTileChannels * 4);
-  s.bytes = off;
+  SmemBump bump;  // consecutive 16-byte-aligned regions
+  s.win = bump.take(kTileChannels * width * state_bytes);
+  s.x = bump.take(tokens * kTileChannels * 4);
+  s.w = bump.take(kTileChannels * kernel_size * 4);
+  s.bias = bump.take(kTileChannels * 4);
+  s.bytes = bump.off;
   return s;
 }
 

@@ -89,25 +89,20 @@ struct SmemPlan {
 inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int state_bytes, int act_bytes, int stages,
                           bool kda, int copy_bytes = 0, int unit_scales = 0) {
   SmemPlan s{};
-  int off = 0;
-  auto take = [&](int bytes) {
-    const int at = off;
-    off += round_up(bytes, 16);
-    return at;
-  };
-  s.ring_k = take(L * K * act_bytes);
-  s.ring_u = take(units * L * rows * act_bytes);
-  s.v = take(units * rows * act_bytes);
-  s.ring_g = take(kda ? heads * L * K * 4 : heads * round_up(L, 4) * 4);
-  s.cursor = take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
-  s.w = take(heads * L * 4);
-  s.ck = take(heads * L * 4);
-  s.cq = take(heads * L * 4);
-  s.g_cur = take(kda ? heads * K * 4 : 0);
-  s.decay = take(kda ? heads * K * 4 : 0);
-  s.kq_cur = take(kda ? 2 * K * 4 : 0);
-  s.read_scale = take(units * unit_scales * 4);
-  s.stage0 = off;
+  SmemBump bump;  // consecutive 16-byte-aligned regions
+  s.ring_k = bump.take(L * K * act_bytes);
+  s.ring_u = bump.take(units * L * rows * act_bytes);
+  s.v = bump.take(units * rows * act_bytes);
+  s.ring_g = bump.take(kda ? heads * L * K * 4 : heads * round_up(L, 4) * 4);
+  s.cursor = bump.take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
+  s.w = bump.take(heads * L * 4);
+  s.ck = bump.take(heads * L * 4);
+  s.cq = bump.take(heads * L * 4);
+  s.g_cur = bump.take(kda ? heads * K * 4 : 0);
+  s.decay = bump.take(kda ? heads * K * 4 : 0);
+  s.kq_cur = bump.take(kda ? 2 * K * 4 : 0);
+  s.read_scale = bump.take(units * unit_scales * 4);
+  s.stage0 = bump.off;
   s.stage_copy = round_up(rows * K * state_bytes, 16);
   s.stage_bytes = s.stage_copy + round_up(rows * K * copy_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;

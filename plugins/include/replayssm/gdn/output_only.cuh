@@ -57,23 +57,18 @@ struct Smem {
 };
 __host__ __device__ inline Smem smem_layout(int L, int heads, int V, int act_bytes) {
   Smem s{};
-  int off = 0;
-  auto take = [&](int bytes) {
-    const int at = off;
-    off += round_up(bytes, 16);
-    return at;
-  };
-  s.ring_k = take(L * kK * act_bytes);                  // [L][K] the key head's ring of k records
-  s.ring_u = take(heads * L * (V + kUPad) * act_bytes);  // [heads][L][V + pad] the heads' ring u records
-  s.v = take(heads * V * act_bytes);                    // [heads][V] the current v
-  s.ring_g = take(heads * round_up(L, 4) * 4);          // [heads][round_up(L, 4)] fp32 ring g
-  s.kq = take(2 * kK * 4);                              // [2][K] fp32: the current (prepared) k, then q
-  s.w = take(heads * L * 4);                            // [heads][L] w_j by record j (0 outside the window)
-  s.ck = take(heads * L * 4);                           // [heads][L] w_j (k_j·k) by record j
-  s.cq = take(heads * L * 4);                           // [heads][L] w_j (k_j·q) by record j
-  s.pre = take(heads * V * 4);                          // [heads * V] the window's part of y, per row
-  s.k32 = take(L * kK * 4);                             // [L][K] the k records in fp32 (flushing heads)
-  s.bytes = off;
+  SmemBump bump;  // consecutive 16-byte-aligned regions
+  s.ring_k = bump.take(L * kK * act_bytes);                  // [L][K] the key head's ring of k records
+  s.ring_u = bump.take(heads * L * (V + kUPad) * act_bytes);  // [heads][L][V + pad] the heads' ring u records
+  s.v = bump.take(heads * V * act_bytes);                    // [heads][V] the current v
+  s.ring_g = bump.take(heads * round_up(L, 4) * 4);          // [heads][round_up(L, 4)] fp32 ring g
+  s.kq = bump.take(2 * kK * 4);                              // [2][K] fp32: the current (prepared) k, then q
+  s.w = bump.take(heads * L * 4);                            // [heads][L] w_j by record j (0 outside the window)
+  s.ck = bump.take(heads * L * 4);                           // [heads][L] w_j (k_j·k) by record j
+  s.cq = bump.take(heads * L * 4);                           // [heads][L] w_j (k_j·q) by record j
+  s.pre = bump.take(heads * V * 4);                          // [heads * V] the window's part of y, per row
+  s.k32 = bump.take(L * kK * 4);                             // [L][K] the k records in fp32 (flushing heads)
+  s.bytes = bump.off;
   return s;
 }
 
@@ -248,9 +243,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), the gates
     const int hh = threadIdx.x, hv = head0 + hh;
     const int32_t* cur = cursor + hh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-    s_hist[hh] = min(max(cur[RSSM_CURSOR_HISTORY], 0), L - 1);  // clamped as decode.cuh
-    const int o = cur[RSSM_CURSOR_ORIGIN];
-    s_origin[hh] = (o < 0 || o >= L) ? ((o % L) + L) % L : o;
+    s_hist[hh] = clamp_history(cur[RSSM_CURSOR_HISTORY], L);  // as decode.cuh
+    s_origin[hh] = wrap_origin(cur[RSSM_CURSOR_ORIGIN], L);
     s_g[hh] = gate_g<false>(p, b, hv, 0);
     s_beta[hh] = gate_beta(p, b, hv);
   }

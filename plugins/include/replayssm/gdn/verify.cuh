@@ -162,28 +162,23 @@ struct VerifyPlan {
 inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_bytes, bool mma) {
   VerifyPlan s{};
   const int rows = warps * RW, NV = 2 * TM;
-  int off = 0;
-  auto take = [&](int bytes) {
-    const int at = off;
-    off += round_up(bytes, 16);
-    return at;
-  };
-  s.vecs = take(NV * K * 4);
-  s.frag = take(mma ? round_up(NV, 8) * K * 4 : 0);
-  s.ring_k = take(L * K * act_bytes);
-  s.prod = take((L + TM) * NV * 4);
-  s.xch = take(warps * RW * (NV + 4) * 4);
-  s.par0 = off;
-  off = 0;
-  s.coef_k = take(L * TM * 4);
-  s.coef_q = take(L * TM * 4);
-  s.A = take(TM * TM * 4);
-  s.Bq = take(TM * TM * 4);
-  s.tok = take(3 * TM * 4);
-  s.wf = take((L + 1) * 4);
-  s.u_hist = take(L * rows * act_bytes);
-  s.v_win = take(TM * rows * act_bytes);
-  s.par_bytes = off;
+  SmemBump bump;  // consecutive 16-byte-aligned regions
+  s.vecs = bump.take(NV * K * 4);
+  s.frag = bump.take(mma ? round_up(NV, 8) * K * 4 : 0);
+  s.ring_k = bump.take(L * K * act_bytes);
+  s.prod = bump.take((L + TM) * NV * 4);
+  s.xch = bump.take(warps * RW * (NV + 4) * 4);
+  s.par0 = bump.off;
+  bump.off = 0;
+  s.coef_k = bump.take(L * TM * 4);
+  s.coef_q = bump.take(L * TM * 4);
+  s.A = bump.take(TM * TM * 4);
+  s.Bq = bump.take(TM * TM * 4);
+  s.tok = bump.take(3 * TM * 4);
+  s.wf = bump.take((L + 1) * 4);
+  s.u_hist = bump.take(L * rows * act_bytes);
+  s.v_win = bump.take(TM * rows * act_bytes);
+  s.par_bytes = bump.off;
   s.bytes = s.par0 + 2 * s.par_bytes;
   return s;
 }

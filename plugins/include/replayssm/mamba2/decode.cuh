@@ -104,22 +104,17 @@ struct SmemPlan {
 inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile_bytes, int act_bytes,
                           int stages, int unit_scales) {
   SmemPlan s{};
-  int off = 0;
-  auto take = [&](int bytes) {
-    const int at = off;
-    off += round_up(bytes, 16);
-    return at;
-  };
-  s.ring_B = take(L * N * act_bytes);
-  s.ring_x = take(units * L * rows * act_bytes);
-  s.x = take(units * rows * act_bytes);
-  s.z = take(units * rows * act_bytes);
-  s.ring_dt = take(heads * round_up(L, 4) * 4);
-  s.cursor = take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
-  s.w = take(heads * L * 4);
-  s.coef = take(heads * L * 4);
-  s.read_scale = take(units * unit_scales * 4);
-  s.stage0 = off;
+  SmemBump bump;  // consecutive 16-byte-aligned regions
+  s.ring_B = bump.take(L * N * act_bytes);
+  s.ring_x = bump.take(units * L * rows * act_bytes);
+  s.x = bump.take(units * rows * act_bytes);
+  s.z = bump.take(units * rows * act_bytes);
+  s.ring_dt = bump.take(heads * round_up(L, 4) * 4);
+  s.cursor = bump.take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
+  s.w = bump.take(heads * L * 4);
+  s.coef = bump.take(heads * L * 4);
+  s.read_scale = bump.take(units * unit_scales * 4);
+  s.stage0 = bump.off;
   s.stage_bytes = round_up(tile_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
@@ -429,8 +424,7 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
     // memory only). The cursor is clamped so that a corrupted one never indexes outside the ring.
     for (int hh = warp; hh < heads; hh += nwarps) {
       const int2 cur = *reinterpret_cast<const int2*>(smem + sp.cursor + hh * RSSM_CURSOR_FIELDS * 4);
-      const int hist = min(max(cur.x, 0), L - 1);
-      const int origin = (cur.y < 0 || cur.y >= L) ? ((cur.y % L) + L) % L : cur.y;
+      const int hist = clamp_history(cur.x, L), origin = wrap_origin(cur.y, L);
       const float A = s_A[hh], dt = s_dt[hh];
       const float* rdt_s = reinterpret_cast<const float*>(smem + sp.ring_dt) + hh * ldt;
       auto window_dt = [&](int j) -> float {
@@ -656,7 +650,7 @@ __device__ __forceinline__ bool row_flushes(const rssm_mamba2_decode_params& p, 
     const int u_first = max((h << TL) - tile_base, 0), tile = (tile_base + u_first) & (T - 1);
     const int hist = p.cursor[((static_cast<int64_t>(slot) * p.nheads + head0 + h) * RSSM_CURSOR_REPLICAS + tile) *
                                   RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
-    flushes |= min(max(hist, 0), L - 1) == L - 1;
+    flushes |= clamp_history(hist, L) == L - 1;
   }
   return flushes;
 }

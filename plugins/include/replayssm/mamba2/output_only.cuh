@@ -56,25 +56,20 @@ struct Smem {
 // records in fp32.
 __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows) {
   Smem s{};
-  int off = 0;
-  auto take = [&](int bytes) {
-    const int at = off;
-    off += round_up(bytes, 16);
-    return at;
-  };
-  s.ring_B = take(L * kN * act_bytes);        // [L][N] the group's ring of B records
-  s.ring_x = take(heads * L * P * act_bytes);  // [heads][L][P] the chunk heads' ring of x records
-  s.x = take(heads * P * act_bytes);           // [heads * P]
-  s.z = take(heads * P * act_bytes);           // [heads * P]
-  s.C = take(kN * 4);                          // [N] fp32
-  s.coef = take(heads * L * 4);                // [heads][L] w_j (B_j·C) by ring position
-  s.gscale = take(heads * P);                  // [heads * P / 4] fp32 group scales (nvfp4)
-  s.pre = take(heads * P * 4);                 // [heads * P] D x + the window's sum
-  s.gate = take(heads * P * 4);                // [heads * P] silu(z), or 1
-  s.frag = take(kWarps * 32 * 4);              // [256] words of B fragments (nvfp4)
-  s.w = take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
-  s.B32 = take(flush_rows ? (L + 1) * kN * 4 : 0);  // [L + 1][N] fp32 B records by position, the current at L
-  s.bytes = off;
+  SmemBump bump;  // consecutive 16-byte-aligned regions
+  s.ring_B = bump.take(L * kN * act_bytes);        // [L][N] the group's ring of B records
+  s.ring_x = bump.take(heads * L * P * act_bytes);  // [heads][L][P] the chunk heads' ring of x records
+  s.x = bump.take(heads * P * act_bytes);           // [heads * P]
+  s.z = bump.take(heads * P * act_bytes);           // [heads * P]
+  s.C = bump.take(kN * 4);                          // [N] fp32
+  s.coef = bump.take(heads * L * 4);                // [heads][L] w_j (B_j·C) by ring position
+  s.gscale = bump.take(heads * P);                  // [heads * P / 4] fp32 group scales (nvfp4)
+  s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum
+  s.gate = bump.take(heads * P * 4);                // [heads * P] silu(z), or 1
+  s.frag = bump.take(kWarps * 32 * 4);              // [256] words of B fragments (nvfp4)
+  s.w = bump.take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
+  s.B32 = bump.take(flush_rows ? (L + 1) * kN * 4 : 0);  // [L + 1][N] fp32 B records by position, the current at L
+  s.bytes = bump.off;
   return s;
 }
 
@@ -351,9 +346,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), processed dt
     const int32_t* cur = cursor + threadIdx.x * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
     const int head = head0 + threadIdx.x;
-    s_hist[threadIdx.x] = min(max(cur[RSSM_CURSOR_HISTORY], 0), L - 1);
-    const int o = cur[RSSM_CURSOR_ORIGIN];
-    s_origin[threadIdx.x] = (o < 0 || o >= L) ? ((o % L) + L) % L : o;
+    s_hist[threadIdx.x] = clamp_history(cur[RSSM_CURSOR_HISTORY], L);
+    s_origin[threadIdx.x] = wrap_origin(cur[RSSM_CURSOR_ORIGIN], L);
     float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
     dt += p.dt_bias ? p.dt_bias[head] : 0.f;
     s_dt[threadIdx.x] = p.dt_softplus ? softplus_thresholded(dt) : dt;

@@ -61,22 +61,17 @@ struct VerifyPlan {
 inline VerifyPlan verify_plan(int L, int N, int TM, int rows, int units, int state_bytes, int act_bytes) {
   auto build = [&](int stages) {
     VerifyPlan s{};
-    int off = 0;
-    auto take = [&](int bytes) {
-      const int at = off;
-      off += round_up(bytes, 16);
-      return at;
-    };
-    s.rB = take(L * N * act_bytes);
-    s.Cs = take(TM * N * act_bytes);
-    s.coef = take(units * L * TM * 4);
-    s.ring_dt = take(units * round_up(L, 4) * 4);
-    s.stage0 = off;
-    off = 0;
-    s.state = take(rows * N * state_bytes);
-    s.xw = take(L * rows * act_bytes);
-    s.z = take(TM * rows * act_bytes);
-    s.stage_bytes = off;
+    SmemBump bump;  // consecutive 16-byte-aligned regions
+    s.rB = bump.take(L * N * act_bytes);
+    s.Cs = bump.take(TM * N * act_bytes);
+    s.coef = bump.take(units * L * TM * 4);
+    s.ring_dt = bump.take(units * round_up(L, 4) * 4);
+    s.stage0 = bump.off;
+    bump.off = 0;
+    s.state = bump.take(rows * N * state_bytes);
+    s.xw = bump.take(L * rows * act_bytes);
+    s.z = bump.take(TM * rows * act_bytes);
+    s.stage_bytes = bump.off;
     s.stages = stages;
     s.bytes = s.stage0 + std::min(stages, units) * s.stage_bytes;
     return s;
