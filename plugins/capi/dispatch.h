@@ -50,6 +50,18 @@ bool in_list(int v, const int (&list)[K]) {
   return false;
 }
 
+// The name of an rssm_read_format value, for error messages.
+inline const char* read_format_name(int f) {
+  switch (f) {
+    case RSSM_READ_NONE: return "none";
+    case RSSM_READ_FP16: return "fp16";
+    case RSSM_READ_BF16: return "bf16";
+    case RSSM_READ_FP8: return "fp8";
+    case RSSM_READ_NVFP4: return "nvfp4";
+    default: return "unknown";
+  }
+}
+
 inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 // "<name>=<code> is not supported (supported: fp32, fp16, bf16)" for anything else than the three codes.
