@@ -19,6 +19,7 @@ import torch
 from conftest import poisoned
 from gdn_cases import clone_pool, random_pool, step_inputs
 from mamba2_cases import rel_err, slot_map
+from read_copy_checks import buffer_bytes, check_slots_after_step, sync_copies
 from test_gdn_kernels import PREPARED, _has_gdn_kernels, tol
 from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import gdn_replay_decode
@@ -42,12 +43,6 @@ def _id(v):
     return None
 
 
-def _bits(t):
-    """The bytes of a buffer: equality of bits, also where a value is a NaN (the tests' stale fill 0x7E7E is one
-    in fp16)."""
-    return t.contiguous().view(torch.uint8)
-
-
 def copy_pool(shape, num_slots, cfg, desync=True):
     """A random pool (gdn_cases.random_pool) whose read copies hold the quantised checkpoints, as reset_slot
     leaves them."""
@@ -60,13 +55,7 @@ def copy_pool(shape, num_slots, cfg, desync=True):
 def check_copy_matches_quantiser(pool, s, fmt, where):
     """The copy of slot s equals quantize_state of its stored fp32 checkpoint, bit for bit."""
     for name, part in quantize_state(pool.checkpoint[s].float(), fmt).items():
-        assert torch.equal(_bits(pool.buffers[name][s]), _bits(part)), f"{where}: {name} of slot {s}"
-
-
-def _sync_copies(dst, src):
-    for name in dst.buffers:
-        if name.startswith("read_"):
-            dst.buffers[name].copy_(src.buffers[name])
+        assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(part)), f"{where}: {name} of slot {s}"
 
 
 def run_against_reference(fmt, act_dtype, dims, L, batch, num_slots, steps):
@@ -97,21 +86,9 @@ def run_against_reference(fmt, act_dtype, dims, L, batch, num_slots, steps):
         assert torch.equal(pool.ring_g, ref.ring_g), f"step {step}: ring g records differ"
         assert rel_err(pool.ring_u, ref.ring_u) < tol(F32, act_dtype), f"step {step}: ring u records differ"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(F32, act_dtype), f"step {step}: checkpoint differs"
-        used = set(slots[live].tolist())
-        hist_before = before.history()
-        for s in range(num_slots):
-            if s not in used:
-                for name, t in pool.buffers.items():
-                    assert torch.equal(_bits(t[s]), _bits(before.buffers[name][s])), \
-                        f"step {step}: unused slot {s} {name}"
-            elif int(hist_before[s]) < L - 1:
-                for name in pool.buffers:
-                    if name == "checkpoint" or name.startswith("read_"):
-                        assert torch.equal(_bits(pool.buffers[name][s]), _bits(before.buffers[name][s])), \
-                            f"step {step}: {name} of non-flush slot {s} changed"
-            else:
-                check_copy_matches_quantiser(pool, s, fmt, f"step {step}")
-        _sync_copies(ref, pool)
+        check_slots_after_step(pool, before, slots, L, lambda s: check_copy_matches_quantiser(pool, s, fmt, f"step {step}"),
+                               f"step {step}")
+        sync_copies(ref, pool)
 
 
 # Every format at the base shape; then K, V in {64, 128, 256}, both activation dtypes, L from 1 (every step
@@ -198,7 +175,7 @@ def test_gdn_flush_writes_the_quantiser_copy(fmt, dims):
         else:
             for name in pool.buffers:
                 if name.startswith("read_"):
-                    assert torch.equal(_bits(pool.buffers[name][s]), _bits(stale.buffers[name][s])), f"slot {s}"
+                    assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(stale.buffers[name][s])), f"slot {s}"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -244,4 +221,4 @@ def test_gdn_read_copy_refusals_touch_nothing(cfg, kda, match):
     with pytest.raises(NotImplementedError, match=match):
         gdn_replay_decode(pool, q, k, v, g=g, beta=beta, **PREPARED)
     for name, t in pool.buffers.items():
-        assert torch.equal(_bits(t), _bits(before.buffers[name])), f"{name} changed on a refused call"
+        assert torch.equal(buffer_bytes(t), buffer_bytes(before.buffers[name])), f"{name} changed on a refused call"

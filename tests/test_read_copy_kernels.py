@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_map, step_inputs
+from read_copy_checks import buffer_bytes, check_slots_after_step, sync_copies
 from test_mamba2_kernels import TOL, tol
 from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import replay_decode
@@ -49,10 +50,6 @@ def copy_pool(shape, num_slots, cfg, dev, desync=True):
     return pool
 
 
-def _bits(t):
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-
-
 def _e4m3_steps(a, b):
     """Largest distance in e4m3 codes between two float8_e4m3fn tensors (codes ordered by value)."""
     def ordinal(t):
@@ -67,18 +64,12 @@ def check_copy_matches_quantiser(pool, s, fmt, exact, where):
     want = quantize_state(pool.checkpoint[s].float(), fmt)
     if exact:
         for name, part in want.items():
-            assert torch.equal(_bits(pool.buffers[name][s]), _bits(part)), f"{where}: {name} of slot {s}"
+            assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(part)), f"{where}: {name} of slot {s}"
         return
     got = pool.buffers["read_state"][s]
     assert _e4m3_steps(got, want["read_state"]) <= 1, f"{where}: read_state of slot {s} off by > 1 code"
     eps = torch.finfo(pool.checkpoint.dtype).eps
     assert rel_err(pool.buffers["read_scale"][s], want["read_scale"]) <= eps, f"{where}: read_scale of slot {s}"
-
-
-def _sync_copies(dst, src):
-    for name in dst.buffers:
-        if name.startswith("read_"):
-            dst.buffers[name].copy_(src.buffers[name])
 
 
 CASES = ([(s, f, BF16, 64, 128, 8) for s, f in PAIRS]
@@ -128,21 +119,10 @@ def run_against_reference(state_dtype, fmt, act_dtype, P, N, L, batch, num_slots
         assert torch.equal(pool.ring_x, ref.ring_x) and torch.equal(pool.ring_B, ref.ring_B), \
             f"step {step}: ring records differ"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(state_dtype, act_dtype), f"step {step}: checkpoint"
-        used = set(slots[live].tolist())
-        hist_before = before.history()
-        for s in range(num_slots):
-            if s not in used:
-                for name, t in pool.buffers.items():
-                    assert torch.equal(_bits(t[s]), _bits(before.buffers[name][s])), \
-                        f"step {step}: unused slot {s} {name}"
-            elif int(hist_before[s]) < L - 1:
-                for name in pool.buffers:
-                    if name == "checkpoint" or name.startswith("read_"):
-                        assert torch.equal(_bits(pool.buffers[name][s]), _bits(before.buffers[name][s])), \
-                            f"step {step}: {name} of non-flush slot {s} changed"
-            else:
-                check_copy_matches_quantiser(pool, s, fmt, state_dtype == F32, f"step {step}")
-        _sync_copies(ref, pool)
+        check_slots_after_step(pool, before, slots, L,
+                               lambda s: check_copy_matches_quantiser(pool, s, fmt, state_dtype == F32, f"step {step}"),
+                               f"step {step}")
+        sync_copies(ref, pool)
 
 
 @pytest.mark.parametrize("state_dtype", [F32, F16, BF16], ids=_id)

@@ -1,0 +1,37 @@
+"""Checks shared by the read-copy kernel tests of both families (test_read_copy_kernels.py for Mamba-2,
+test_gdn_read_copy_kernels.py for GDN): what a replay step may write in a pool with a read copy."""
+
+import torch
+
+
+def buffer_bytes(t):
+    """A buffer's bytes: comparisons of bits, also where a value is a NaN (e.g. a stale fp16 fill of 0x7E7E)."""
+    return t.contiguous().view(torch.uint8)
+
+
+def sync_copies(dst, src):
+    """dst's read-copy buffers := src's (the reference pool then reads what the kernel wrote)."""
+    for name in dst.buffers:
+        if name.startswith("read_"):
+            dst.buffers[name].copy_(src.buffers[name])
+
+
+def check_slots_after_step(pool, before, slots, L, check_flushed, where):
+    """After one replay step over `slots` (-1: padding) from `before` (a clone taken just before it): unused slots
+    untouched in every buffer; slots that did not flush (history < L-1 before the step) keep checkpoint and copy
+    bit for bit; for every flushed slot s, check_flushed(s) (the family's check of the new copy)."""
+    live = slots >= 0
+    used = set(slots[live].tolist())
+    hist_before = before.history()
+    for s in range(pool.num_slots):
+        if s not in used:
+            for name, t in pool.buffers.items():
+                assert torch.equal(buffer_bytes(t[s]), buffer_bytes(before.buffers[name][s])), \
+                    f"{where}: unused slot {s} {name}"
+        elif int(hist_before[s]) < L - 1:
+            for name in pool.buffers:
+                if name == "checkpoint" or name.startswith("read_"):
+                    assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(before.buffers[name][s])), \
+                        f"{where}: {name} of non-flush slot {s} changed"
+        else:
+            check_flushed(s)
