@@ -184,6 +184,19 @@ def test_replay_step_captured_in_cuda_graph():
         assert torch.equal(pool.cursor, ref.cursor)
 
 
+def _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots):
+    """One replay step on each pool, `split` through output_only.cuh's mapping and `combined` through the combined
+    kernel (RSSM_ROUTES forces each), outputs poisoned first; returns both outputs after a device sync."""
+    outs = []
+    for pool, routes in ((split, "split"), (combined, "combined")):
+        monkeypatch.setenv("RSSM_ROUTES", routes)
+        out = torch.full_like(x, float("nan"))
+        replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+        outs.append(out)
+    torch.cuda.synchronize()
+    return outs
+
+
 @pytest.mark.parametrize("read_format", ["none", "nvfp4"])
 @pytest.mark.parametrize("act_dtype, L, P, heads_per_group", [(BF16, 8, 64, 16), (BF16, 32, 64, 8), (F16, 16, 128, 4),
                                                                (BF16, 5, 80, 8)])
@@ -215,13 +228,7 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
         x, dt, B, C, z = step_inputs(shape, batch, act_dtype, dev)
         if step % 2:
             x, z = _wide(x, 3), _wide(z, 1)
-        outs = []
-        for pool, routes in ((split, "split"), (combined, "combined")):
-            monkeypatch.setenv("RSSM_ROUTES", routes)
-            out = torch.full_like(x, float("nan"))
-            replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
-            outs.append(out)
-        torch.cuda.synchronize()
+        outs = _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots)
         live = slots >= 0
         assert torch.isnan(outs[0][~live]).all(), f"step {step}: padded row written"
         assert not torch.isnan(outs[0][live]).any(), f"step {step}: output not fully written"
@@ -252,13 +259,7 @@ def test_split_routes_with_every_row_flushing(monkeypatch, read_format):
     for step in range(2):
         slots = slot_map(batch, num_slots, n_pad=3, device=dev)
         x, dt, B, C, z = step_inputs(shape, batch, BF16, dev)
-        outs = []
-        for pool, routes in ((split, "split"), (combined, "combined")):
-            monkeypatch.setenv("RSSM_ROUTES", routes)
-            out = torch.full_like(x, float("nan"))
-            replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
-            outs.append(out)
-        torch.cuda.synchronize()
+        outs = _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots)
         live = slots >= 0
         assert torch.isnan(outs[0][~live]).all() and not torch.isnan(outs[0][live]).any(), f"step {step}"
         a, b = outs[0][live].float(), outs[1][live].float()
