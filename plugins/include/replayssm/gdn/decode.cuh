@@ -391,13 +391,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         return j == hist ? g : rg_s[ring_pos(origin, j, L)];
       };
       auto put = [&](int j, float ex) {
-        if (j >= L) return;
-        const bool ring = j < hist;
-        const float w = ring ? expf(ex) : 0.f;
-        const int pos = ring ? ring_pos(origin, j, L) : 0;
-        w_s[hh * L + j] = w;
-        ck_s[hh * L + j] = ring ? w * s_kk[pos] : 0.f;
-        cq_s[hh * L + j] = ring ? w * s_kq[pos] : 0.f;
+        store_window_weights(j, ex, hist, origin, L, s_kk, s_kq, w_s + hh * L, ck_s + hh * L, cq_s + hh * L);
       };
       float total;
       if (L <= 32) {

@@ -4,10 +4,12 @@
 //     trtllm_replayssm/ops/gdn/reference.py gdn_gating;
 //   - the in-kernel preparation of q and k (qk_flags) in a given lane tiling: the norm's sum of squares is a
 //     per-lane FMA chain over the lane's columns, then a butterfly over the row's lanes, so a kernel that wants
-//     the combined kernel's bits calls this with the combined kernel's tiling.
+//     the combined kernel's bits calls this with the combined kernel's tiling;
+//   - the window weights of record j (scalar decay) from its suffix sum of g.
 #pragma once
 #include <cuda_runtime.h>
 
+#include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/gdn/params.h"
 
@@ -77,6 +79,20 @@ __device__ __forceinline__ void prepare_qk(const rssm_gdn_decode_params& p, floa
       Kc[c][e] = to_float(from_float<ActT>(Kc[c][e]));
       Qc[c][e] = to_float(from_float<ActT>(Qc[c][e] * qs));
     }
+}
+
+// The window weights of record j of a head (scalar decay), from ex = sum_{i=j+1..h} g_i: w_j = e^{ex},
+// w_j (k_j·k), w_j (k_j·q) for the ring records j < h (0 for the others, the current token included); kk and kq
+// hold k_pos·k and k_pos·q by ring position; w, ck, cq are the head's rows, indexed by record.
+__device__ __forceinline__ void store_window_weights(int j, float ex, int hist, int origin, int L, const float* kk,
+                                                     const float* kq, float* w, float* ck, float* cq) {
+  if (j >= L) return;
+  const bool ring = j < hist;
+  const float wj = ring ? expf(ex) : 0.f;
+  const int pos = ring ? ring_pos(origin, j, L) : 0;
+  w[j] = wj;
+  ck[j] = ring ? wj * kk[pos] : 0.f;
+  cq[j] = ring ? wj * kq[pos] : 0.f;
 }
 
 }  // namespace gdn

@@ -304,14 +304,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     const float gj = j > hist ? 0.f : (j == hist ? s_g[hh] : rg_s[hh * ldg + ring_pos(origin, j, L)]);
     float ex, total;
     warp_suffix_sums(gj, ex, total);
-    if (j < L) {
-      const bool ring = j < hist;
-      const float w = ring ? expf(ex) : 0.f;
-      const int pos = ring ? ring_pos(origin, j, L) : 0;
-      w_s[hh * L + j] = w;
-      ck_s[hh * L + j] = ring ? w * s_kk[pos] : 0.f;
-      cq_s[hh * L + j] = ring ? w * s_kq[pos] : 0.f;
-    }
+    store_window_weights(j, ex, hist, origin, L, s_kk, s_kq, w_s + hh * L, ck_s + hh * L, cq_s + hh * L);
     if (lane == 0) s_abar[hh] = expf(total);
   }
   __syncthreads();
