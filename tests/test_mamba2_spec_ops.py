@@ -13,10 +13,12 @@ from mamba2_cases import layer_params, slot_map
 from mamba2_spec_cases import spec_pool, window_inputs
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import (DTYPE_CODES, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES, MAMBA2_HEAD_DIMS,
-                                     MAMBA2_STATE_DTYPES, MAX_BUFFER_LEN, SPEC_MAX_WINDOW, SPEC_MIN_WINDOW,
-                                     Mamba2LayerShape, ReplayConfig)
+                                     MAMBA2_STATE_DTYPES, MAMBA2_VERIFY_READ_COPY_ACTS, MAMBA2_VERIFY_READ_COPY_STATE,
+                                     MAMBA2_VERIFY_READ_FORMATS, MAX_BUFFER_LEN, READ_FORMAT_CODES, SPEC_MAX_WINDOW,
+                                     SPEC_MIN_WINDOW, Mamba2LayerShape, ReplayConfig, dtype_name)
 from trtllm_replayssm.ops import commit_kernels
 from trtllm_replayssm.ops.mamba2 import replay_verify, snapshot_verify, spec_kernels
+from trtllm_replayssm.ops.mamba2.spec import check_verify_read_copy
 from trtllm_replayssm.ops.mamba2.spec_reference import replay_verify_reference, snapshot_verify_reference
 from trtllm_replayssm.ops.slots import (commit_reference, snapshot_commit, snapshot_commit_reference,
                                         spec_commit)
@@ -216,6 +218,95 @@ def test_native_verify_errors_name_the_offending_value(overrides, words):
     assert status == 1 and words in msg, msg
 
 
+# ---- Read copies of the verify kernel: the native table against config.MAMBA2_VERIFY_READ_*, errors naming the
+#      value, and the op's refusal of combinations without a kernel (no GPU needed) ----
+
+@needs_verify
+def test_native_verify_read_copy_table_matches_python_lists():
+    """The (state dtype, act dtype, read format, mode) combinations the library accepts are exactly those of
+    config.MAMBA2_VERIFY_READ_*; the others are refused naming the format. Zero fields (read_format 0) mean no copy,
+    as the TensorRT plugin's zero-initialised params leave them."""
+    codes = {dtype_name(d): c for d, c in DTYPE_CODES.items()}
+    for state in ("fp32", "fp16", "bf16"):
+        for act in ("fp32", "fp16", "bf16"):
+            for fmt, code in READ_FORMAT_CODES.items():
+                for mode in (spec_kernels.SNAPSHOT, spec_kernels.REPLAY):
+                    want = fmt == "none" or (state == MAMBA2_VERIFY_READ_COPY_STATE and act in
+                                             MAMBA2_VERIFY_READ_COPY_ACTS and fmt in MAMBA2_VERIFY_READ_FORMATS and
+                                             mode == spec_kernels.REPLAY)
+                    status, msg = _verify_status(state_dtype=codes[state], act_dtype=codes[act], read_format=code,
+                                                 mode=mode, snapshots=DUMMY, read_state=DUMMY, read_scale=DUMMY)
+                    where = f"state {state}, act {act}, read_format {fmt}, mode {mode}"
+                    assert (status == 0) == want, f"{where}: {msg}"
+                    if not want:
+                        assert f"read_format={code} ({fmt})" in msg, msg
+    assert "read_format=9 (unknown)" in _verify_status(read_format=9, read_state=DUMMY)[1]
+    assert _verify_status(read_format=0, read_state=None, read_scale=None)[0] == 0
+
+
+@needs_verify
+@pytest.mark.parametrize("overrides, words", [
+    (dict(read_format=4), "read_format=4 (nvfp4) is not supported; the verify kernel reads fp16 / bf16 / fp8 copies"),
+    (dict(read_format=7), "read_format=7 (unknown) is not supported"),
+    (dict(read_format=1, read_state=None), "read_state is NULL (required by read_format=1, fp16)"),
+    (dict(read_format=3, read_scale=None), "read_scale is NULL (required by read_format=3, fp8)"),
+    (dict(read_format=2, read_state=DUMMY + 8), "read_state is not 16-byte aligned"),
+    (dict(read_format=3, read_scale=DUMMY + 2), "read_scale is not 4-byte aligned"),
+    (dict(read_format=1, mode=spec_kernels.SNAPSHOT, snapshots=DUMMY), "needs mode=1 (replay), got mode=0"),
+    (dict(read_format=3, state_dtype=2), "read_format=3 (fp8) with state_dtype=2 is not supported"),
+    (dict(read_format=2, act_dtype=0), "read_format=2 (bf16) with act_dtype=0 (fp32) is not supported"),
+], ids=["nvfp4", "unknown", "no_read_state", "fp8_no_scale", "misaligned_copy", "misaligned_scale", "snapshot_path",
+        "bf16_checkpoint", "fp32_activations"])
+def test_native_verify_read_copy_errors_name_the_value(overrides, words):
+    args = dict(read_state=DUMMY, read_scale=DUMMY)
+    args.update(overrides)
+    status, msg = _verify_status(**args)
+    assert status == 1 and words in msg, msg
+
+
+@needs_verify
+def test_native_verify_fp16_bf16_copies_need_no_scale():
+    for code in (1, 2):
+        status, msg = _verify_status(read_format=code, read_state=DUMMY, read_scale=None)
+        assert status == 0, msg
+
+
+@pytest.mark.parametrize("state, act, fmt, match", [
+    ("fp32", "bf16", "nvfp4", "read_format=nvfp4: the verify kernel reads fp16 / bf16 / fp8 copies"),
+    ("fp16", "fp16", "fp8", "read_format=fp8 with state_dtype=fp16: the verify kernel reads copies of an fp32"),
+    ("bf16", "bf16", "fp8", "read_format=fp8 with state_dtype=bf16"),
+    ("fp32", "fp32", "fp16", "read_format=fp16 with act_dtype=fp32"),
+], ids=["nvfp4", "fp16_checkpoint", "bf16_checkpoint", "fp32_activations"])
+def test_verify_op_refuses_read_copies_without_a_kernel(state, act, fmt, match):
+    """The check the CUDA path runs before filling the params (no GPU needed): the combination and the value are
+    named."""
+    with pytest.raises(NotImplementedError, match=match):
+        check_verify_read_copy(ReplayConfig(16, state, act, fmt))
+
+
+@pytest.mark.parametrize("act", MAMBA2_VERIFY_READ_COPY_ACTS)
+@pytest.mark.parametrize("fmt", ("none",) + MAMBA2_VERIFY_READ_FORMATS)
+def test_verify_op_accepts_the_kernel_read_copies(act, fmt):
+    check_verify_read_copy(ReplayConfig(16, MAMBA2_VERIFY_READ_COPY_STATE, act, fmt))
+
+
+def test_verify_binding_passes_the_pool_copy():
+    """fill_params carries the format code and the copy's buffers (CPU tensors: addresses only, nothing launched)."""
+    pool = spec_pool(SHAPE, 5, ReplayConfig(12, torch.float32, torch.bfloat16, "fp8"), 4, CPU)
+    A, D, dt_bias, (x, dt, B, C, z) = _case()[1:]
+    y = torch.empty_like(x)
+    p = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, True, None, -1,
+                                 y, ring_x=pool.ring_x, ring_B=pool.ring_B, ring_dt=pool.ring_dt, cursor=pool.cursor,
+                                 buffer_len=12, read_format="fp8", read_state=pool.buffers["read_state"],
+                                 read_scale=pool.buffers["read_scale"])
+    assert p.read_format == READ_FORMAT_CODES["fp8"]
+    assert p.read_state == pool.buffers["read_state"].data_ptr()
+    assert p.read_scale == pool.buffers["read_scale"].data_ptr()
+    plain = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, True, None,
+                                     -1, y)
+    assert plain.read_format == 0 and plain.read_state is None and plain.read_scale is None
+
+
 @needs_verify
 @pytest.mark.parametrize("overrides, words", [
     ({}, ""),
@@ -234,6 +325,95 @@ def test_native_spec_commit_errors_name_the_offending_value(overrides, words):
     lib = _lib.load()
     status = lib.rssm_spec_commit_validate(ctypes.byref(p), ctypes.sizeof(p))
     assert status == (1 if overrides else 0) and words in lib.rssm_last_error().decode(), lib.rssm_last_error().decode()
+
+
+# ---- Read copies of the verify kernel: the native table against config.MAMBA2_VERIFY_READ_*, errors naming the
+#      value, and the op's refusal of combinations without a kernel (no GPU needed) ----
+
+@needs_verify
+def test_native_verify_read_copy_table_matches_python_lists():
+    """The (state dtype, act dtype, read format, mode) combinations the library accepts are exactly those of
+    config.MAMBA2_VERIFY_READ_*; the others are refused naming the format. Zero fields (read_format 0) mean no copy,
+    as the TensorRT plugin's zero-initialised params leave them."""
+    codes = {dtype_name(d): c for d, c in DTYPE_CODES.items()}
+    for state in ("fp32", "fp16", "bf16"):
+        for act in ("fp32", "fp16", "bf16"):
+            for fmt, code in READ_FORMAT_CODES.items():
+                for mode in (spec_kernels.SNAPSHOT, spec_kernels.REPLAY):
+                    want = fmt == "none" or (state == MAMBA2_VERIFY_READ_COPY_STATE and act in
+                                             MAMBA2_VERIFY_READ_COPY_ACTS and fmt in MAMBA2_VERIFY_READ_FORMATS and
+                                             mode == spec_kernels.REPLAY)
+                    status, msg = _verify_status(state_dtype=codes[state], act_dtype=codes[act], read_format=code,
+                                                 mode=mode, snapshots=DUMMY, read_state=DUMMY, read_scale=DUMMY)
+                    where = f"state {state}, act {act}, read_format {fmt}, mode {mode}"
+                    assert (status == 0) == want, f"{where}: {msg}"
+                    if not want:
+                        assert f"read_format={code} ({fmt})" in msg, msg
+    assert "read_format=9 (unknown)" in _verify_status(read_format=9, read_state=DUMMY)[1]
+    assert _verify_status(read_format=0, read_state=None, read_scale=None)[0] == 0
+
+
+@needs_verify
+@pytest.mark.parametrize("overrides, words", [
+    (dict(read_format=4), "read_format=4 (nvfp4) is not supported; the verify kernel reads fp16 / bf16 / fp8 copies"),
+    (dict(read_format=7), "read_format=7 (unknown) is not supported"),
+    (dict(read_format=1, read_state=None), "read_state is NULL (required by read_format=1, fp16)"),
+    (dict(read_format=3, read_scale=None), "read_scale is NULL (required by read_format=3, fp8)"),
+    (dict(read_format=2, read_state=DUMMY + 8), "read_state is not 16-byte aligned"),
+    (dict(read_format=3, read_scale=DUMMY + 2), "read_scale is not 4-byte aligned"),
+    (dict(read_format=1, mode=spec_kernels.SNAPSHOT, snapshots=DUMMY), "needs mode=1 (replay), got mode=0"),
+    (dict(read_format=3, state_dtype=2), "read_format=3 (fp8) with state_dtype=2 is not supported"),
+    (dict(read_format=2, act_dtype=0), "read_format=2 (bf16) with act_dtype=0 (fp32) is not supported"),
+], ids=["nvfp4", "unknown", "no_read_state", "fp8_no_scale", "misaligned_copy", "misaligned_scale", "snapshot_path",
+        "bf16_checkpoint", "fp32_activations"])
+def test_native_verify_read_copy_errors_name_the_value(overrides, words):
+    args = dict(read_state=DUMMY, read_scale=DUMMY)
+    args.update(overrides)
+    status, msg = _verify_status(**args)
+    assert status == 1 and words in msg, msg
+
+
+@needs_verify
+def test_native_verify_fp16_bf16_copies_need_no_scale():
+    for code in (1, 2):
+        status, msg = _verify_status(read_format=code, read_state=DUMMY, read_scale=None)
+        assert status == 0, msg
+
+
+@pytest.mark.parametrize("state, act, fmt, match", [
+    ("fp32", "bf16", "nvfp4", "read_format=nvfp4: the verify kernel reads fp16 / bf16 / fp8 copies"),
+    ("fp16", "fp16", "fp8", "read_format=fp8 with state_dtype=fp16: the verify kernel reads copies of an fp32"),
+    ("bf16", "bf16", "fp8", "read_format=fp8 with state_dtype=bf16"),
+    ("fp32", "fp32", "fp16", "read_format=fp16 with act_dtype=fp32"),
+], ids=["nvfp4", "fp16_checkpoint", "bf16_checkpoint", "fp32_activations"])
+def test_verify_op_refuses_read_copies_without_a_kernel(state, act, fmt, match):
+    """The check the CUDA path runs before filling the params (no GPU needed): the combination and the value are
+    named."""
+    with pytest.raises(NotImplementedError, match=match):
+        check_verify_read_copy(ReplayConfig(16, state, act, fmt))
+
+
+@pytest.mark.parametrize("act", MAMBA2_VERIFY_READ_COPY_ACTS)
+@pytest.mark.parametrize("fmt", ("none",) + MAMBA2_VERIFY_READ_FORMATS)
+def test_verify_op_accepts_the_kernel_read_copies(act, fmt):
+    check_verify_read_copy(ReplayConfig(16, MAMBA2_VERIFY_READ_COPY_STATE, act, fmt))
+
+
+def test_verify_binding_passes_the_pool_copy():
+    """fill_params carries the format code and the copy's buffers (CPU tensors: addresses only, nothing launched)."""
+    pool = spec_pool(SHAPE, 5, ReplayConfig(12, torch.float32, torch.bfloat16, "fp8"), 4, CPU)
+    A, D, dt_bias, (x, dt, B, C, z) = _case()[1:]
+    y = torch.empty_like(x)
+    p = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, True, None, -1,
+                                 y, ring_x=pool.ring_x, ring_B=pool.ring_B, ring_dt=pool.ring_dt, cursor=pool.cursor,
+                                 buffer_len=12, read_format="fp8", read_state=pool.buffers["read_state"],
+                                 read_scale=pool.buffers["read_scale"])
+    assert p.read_format == READ_FORMAT_CODES["fp8"]
+    assert p.read_state == pool.buffers["read_state"].data_ptr()
+    assert p.read_scale == pool.buffers["read_scale"].data_ptr()
+    plain = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, True, None,
+                                     -1, y)
+    assert plain.read_format == 0 and plain.read_state is None and plain.read_scale is None
 
 
 @needs_verify

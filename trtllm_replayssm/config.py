@@ -36,6 +36,11 @@ MAMBA2_KERNEL_READ_COPIES = (("fp32", "fp16"), ("fp32", "bf16"), ("fp32", "fp8")
 GDN_KERNEL_READ_COPY_STATE = "fp32"
 GDN_KERNEL_READ_COPY_ACTS = ("fp16", "bf16")
 GDN_KERNEL_READ_FORMATS = ("fp16", "bf16", "fp8")
+# The Mamba-2 verify kernel's read copies (plugins/capi/mamba2_verify_dispatch.cu, kReadFormats): an fp32 checkpoint
+# with these activation dtypes and copy formats, ReplaySSM verify only. nvfp4: decode kernel only.
+MAMBA2_VERIFY_READ_COPY_STATE = "fp32"
+MAMBA2_VERIFY_READ_COPY_ACTS = ("fp16", "bf16")
+MAMBA2_VERIFY_READ_FORMATS = ("fp16", "bf16", "fp8")
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16

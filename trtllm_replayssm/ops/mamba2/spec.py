@@ -6,7 +6,9 @@ is touched, and errors name the offending argument and value. The commits are fa
 `ops.slots.spec_commit` (ReplaySSM) and `ops.slots.snapshot_commit` (snapshot path).
 
 In-place: `replay_verify` writes the pool's ring records at positions h .. h+T-1 of every non-padding row, and
-the checkpoint and cursor of rows with h + 2T > L (the flush folds the committed records only);
+the checkpoint (and its read copy, if the pool keeps one) and cursor of rows with h + 2T > L (the flush folds the
+committed records only); with a read copy the outputs read the copy (`check_verify_read_copy` lists the formats
+the CUDA kernel reads);
 `snapshot_verify` writes snapshots[slot, 0 .. T-1] of every non-padding row. Both write `out` (allocated when
 None) at non-padding rows only. Slot indices of one call must be distinct.
 """
@@ -15,14 +17,35 @@ from __future__ import annotations
 
 import torch
 
-from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_STATE_DTYPES, PAD_SLOT_ID, SPEC_MAX_WINDOW,
-                                     SPEC_MIN_WINDOW, Mamba2LayerShape, dtype_name)
+from trtllm_replayssm.config import (MAMBA2_ACT_DTYPES, MAMBA2_STATE_DTYPES, MAMBA2_VERIFY_READ_COPY_ACTS,
+                                     MAMBA2_VERIFY_READ_COPY_STATE, MAMBA2_VERIFY_READ_FORMATS, PAD_SLOT_ID,
+                                     SPEC_MAX_WINDOW, SPEC_MIN_WINDOW, Mamba2LayerShape, dtype_name)
 from trtllm_replayssm.ops.mamba2 import _check_tensor, spec_kernels
 from trtllm_replayssm.ops.mamba2.spec_reference import replay_verify_reference, snapshot_verify_reference
 from trtllm_replayssm.ops.slots import check_spec_window, live_rows
 from trtllm_replayssm.ops.validate import check as _check
 
-__all__ = ["replay_verify", "snapshot_verify"]
+__all__ = ["replay_verify", "snapshot_verify", "check_verify_read_copy"]
+
+
+def check_verify_read_copy(cfg) -> None:
+    """Refuses (NotImplementedError naming the value) a read copy the CUDA verify kernel does not implement; no
+    GPU needed. The kernel reads an fp16 / bf16 / fp8 copy of an fp32 checkpoint with fp16 / bf16 activations
+    (config.MAMBA2_VERIFY_READ_*, mirrored by plugins/capi/mamba2_verify_dispatch.cu)."""
+    fmt = cfg.read_format
+    if fmt == "none":
+        return
+    where = "exists in the PyTorch reference only (CPU tensors)"
+    if fmt not in MAMBA2_VERIFY_READ_FORMATS:
+        raise NotImplementedError(f"read_format={fmt}: the verify kernel reads "
+                                  f"{' / '.join(MAMBA2_VERIFY_READ_FORMATS)} copies; {fmt} {where}")
+    state, act = dtype_name(cfg.state_dtype), dtype_name(cfg.act_dtype)
+    if state != MAMBA2_VERIFY_READ_COPY_STATE:
+        raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the verify kernel reads copies of "
+                                  f"an {MAMBA2_VERIFY_READ_COPY_STATE} checkpoint only; this pair {where}")
+    if act not in MAMBA2_VERIFY_READ_COPY_ACTS:
+        raise NotImplementedError(f"read_format={fmt} with act_dtype={act}: the verify kernel reads copies with "
+                                  f"act_dtype {' or '.join(MAMBA2_VERIFY_READ_COPY_ACTS)} only; this pair {where}")
 
 
 def _validate_window(shape: Mamba2LayerShape, x, dt, B, C, A, D, z, dt_bias, slot_idx, out, num_slots):
@@ -78,12 +101,12 @@ def replay_verify(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
     y = torch.empty_like(x) if out is None else out
     if x.device.type != "cuda":
         return replay_verify_reference(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y)
-    if pool.cfg.read_format != "none":
-        raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
-                                  "only so far (CPU tensors); the verify kernel does not read them yet")
+    check_verify_read_copy(pool.cfg)
     p = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, dt_softplus,
                                  slot_idx, pad_slot_id, y, ring_x=pool.ring_x, ring_B=pool.ring_B,
-                                 ring_dt=pool.ring_dt, cursor=pool.cursor, buffer_len=pool.buffer_len)
+                                 ring_dt=pool.ring_dt, cursor=pool.cursor, buffer_len=pool.buffer_len,
+                                 read_format=pool.cfg.read_format, read_state=pool.buffers.get("read_state"),
+                                 read_scale=pool.buffers.get("read_scale"))
     spec_kernels.launch(p, x.device)
     return y
 

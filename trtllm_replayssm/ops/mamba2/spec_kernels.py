@@ -9,7 +9,7 @@ import ctypes
 import torch
 
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import DTYPE_CODES
+from trtllm_replayssm.config import DTYPE_CODES, READ_FORMAT_CODES
 
 SNAPSHOT, REPLAY = 0, 1  # rssm_mamba2_mode: CONVENTIONAL (the snapshot path), REPLAY
 
@@ -27,10 +27,14 @@ class Mamba2VerifyParams(ctypes.Structure):
     _fields_ += [(n, _ptr) for n in ("state", "ring_x", "ring_B", "ring_dt", "cursor", "snapshots", "slot_idx",
                                      "x", "dt", "B", "C", "z", "A", "D", "dt_bias", "y")]
     _fields_ += [(f"{n}_{d}_stride", _i64) for n, inner in _STRIDED for d in ("batch", "token", inner)]
+    _fields_ += [("read_format", _i32), ("read_state", _ptr), ("read_scale", _ptr)]
 
 
 def fill_params(mode, state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y, *,
-                ring_x=None, ring_B=None, ring_dt=None, cursor=None, buffer_len=0, snapshots=None):
+                ring_x=None, ring_B=None, ring_dt=None, cursor=None, buffer_len=0, snapshots=None,
+                read_format="none", read_state=None, read_scale=None):
+    """read_format (a key of READ_FORMAT_CODES) with its buffers read_state / read_scale (replay only; the pool's
+    buffers of the same names): the outputs read the copy, flush rows rewrite it."""
     p = Mamba2VerifyParams()
     p.batch, p.window, p.nheads, p.head_dim = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
     p.ngroups, p.dstate = B.shape[2], B.shape[3]
@@ -39,8 +43,10 @@ def fill_params(mode, state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_id
     p.dt_softplus = int(bool(dt_softplus))
     for name, t in (("state", state), ("ring_x", ring_x), ("ring_B", ring_B), ("ring_dt", ring_dt),
                     ("cursor", cursor), ("snapshots", snapshots), ("slot_idx", slot_idx), ("x", x), ("dt", dt),
-                    ("B", B), ("C", C), ("z", z), ("A", A), ("D", D), ("dt_bias", dt_bias), ("y", y)):
+                    ("B", B), ("C", C), ("z", z), ("A", A), ("D", D), ("dt_bias", dt_bias), ("y", y),
+                    ("read_state", read_state), ("read_scale", read_scale)):
         setattr(p, name, None if t is None else t.data_ptr())
+    p.read_format = READ_FORMAT_CODES[read_format]
     tensors = {"x": x, "dt": dt, "B": B, "C": C, "z": z, "y": y}
     for name, inner in _STRIDED:
         t = tensors[name]

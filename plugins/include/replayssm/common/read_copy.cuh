@@ -13,6 +13,11 @@
 
 namespace replayssm {
 
+// Element type of the tile the output route of a decode or verify kernel reads: the read copy's, or the
+// checkpoint's without one (CopyT void).
+template <typename StateT, typename CopyT>
+using ReadT = std::conditional_t<std::is_void_v<CopyT>, StateT, CopyT>;
+
 // Flush, one access instruction of a thread (RPI rows, NV vectors of VEC elements per row at this lane): stores
 // the fp32 state vectors s into the read copy at `dst` (the thread's first copy element of the instruction's
 // row) and, for fp8, that row's scale at `scale_dst` (written by the row's first lane). Same rounding as

@@ -219,10 +219,6 @@ __device__ __forceinline__ float lane_dot_nvfp4(const uint8_t* codes, const uint
   return acc;
 }
 
-// Element type of the tile the output-only route reads: the read copy's, or the checkpoint's without one.
-template <typename StateT, typename CopyT>
-using ReadT = std::conditional_t<std::is_void_v<CopyT>, StateT, CopyT>;
-
 // One batch row's block: (row b, group, chunk of units) with blockIdx.x giving the group and chunk.
 template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
 __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, const Shape& shape, const SmemPlan& sp,

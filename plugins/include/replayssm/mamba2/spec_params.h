@@ -62,6 +62,13 @@ typedef struct rssm_mamba2_verify_params {
   int64_t C_batch_stride, C_token_stride, C_group_stride;
   int64_t z_batch_stride, z_token_stride, z_head_stride;
   int64_t y_batch_stride, y_token_stride, y_head_stride;
+
+  // ---- read copy (replay verify only; rssm_read_format; all zero: no copy). The outputs read the copy instead
+  //      of the checkpoint; a flush row stores the checkpoint and rewrites the copy from the same fp32 values.
+  //      Compiled: an fp32 checkpoint with fp16 / bf16 activations, copy fp16, bf16 or fp8 (not nvfp4) ----
+  int32_t read_format;  // rssm_read_format; RSSM_READ_NONE: the fields below are ignored
+  void* read_state;     // [num_slots, H, P, N] fp16 / bf16 / fp8 e4m3; 16-byte aligned. WRITTEN: flush rows
+  float* read_scale;    // fp8: [num_slots, H, P] fp32, amax of the row / 448; 4-byte aligned. WRITTEN: flush rows
 } rssm_mamba2_verify_params;
 
 #ifdef __cplusplus

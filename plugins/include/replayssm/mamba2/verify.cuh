@@ -26,15 +26,38 @@
 //
 // Window sizes: T is a runtime value (2..8); the kernel is compiled for TM = 2, 4, 8 tokens and a window of T
 // runs the smallest TM >= T with the surplus tokens masked (their C is zero and nothing of them is written).
+//
+// Read copies (CopyT = __half, __nv_bfloat16 or __nv_fp8_e4m3 with an fp32 checkpoint; void: none), as the decode
+// kernel (mamba2/decode.cuh): the outputs read the copy, the fold reads the checkpoint (spec_reference.py: y from
+// pool.read_state, the flush from the checkpoint, which it stores with the copy rewritten from the same values).
+// The copy keeps the checkpoint's layout and thread mapping (Tiling<StateT, N>): a thread's copy vectors are its
+// checkpoint vectors narrowed (8 or 4 bytes instead of 16), so the flush writes exactly the copy elements the same
+// thread reads in a later step.
+//   - A stage holds the unit's copy tile instead of its checkpoint tile (narrow cp.async, still whole rows per
+//     warp instruction); the T dot products widen it to fp32 in registers. fp8: y_s = abar_s scale_row (code·C_s),
+//     the row scale applied after the reduce-scatter (every lane then holds a single row); the block's row scales
+//     are staged once, with the prologue's group 0.
+//   - The fold of a flush block reads its checkpoint tile straight from global memory (16-byte loads issued back
+//     to back; 1 block in L/T or so). Whether a block flushes is known before its first copy is queued (the cursor
+//     is read up front), but staging both tiles would size every stage for the rare flush.
+//   - The flush stores the checkpoint (StateT, as without a copy) and then the copy, quantised from the same fp32
+//     registers by common/read_copy.cuh (store_read_copy: fp16 / bf16 nearest even; fp8 row amax across the LPR
+//     lanes holding the row, scale = max(amax * (1/448), FLT_MIN), code = e4m3_satfinite(v / scale), the
+//     operations of quant.py). The copy never feeds the recurrence: checkpoint, rings and cursors are the same
+//     whatever the copy.
+// nvfp4 copies are not read here (validation refuses them): the per-warp staging and 4-row group scales of the
+// decode kernel's nvfp4 path would need a second staging scheme in this kernel.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/multi_reduce.cuh"
+#include "replayssm/common/read_copy.cuh"
 #include "replayssm/mamba2/snapshot.cuh"
 #include "replayssm/mamba2/spec_params.h"
 
@@ -53,12 +76,17 @@ struct VerifyPlan {
   int coef;                 // [chunk heads][L][TM] fp32: coef_{j,s}
   int ring_dt;              // [chunk heads][round_up(L, 4)] fp32: the heads' rings of processed dt
   int stage0, stage_bytes;  // stage k starts at stage0 + k * stage_bytes
-  int state, xw, z;         // in a stage: checkpoint tile [rows][N]; x records [L][rows] in window order; z [TM][rows]
+  int state, xw, z;         // in a stage: the read tile [rows][N] (checkpoint, or its read copy); x records [L][rows]
+                            // in window order; z [TM][rows]
   int stages;               // pipeline depth (2 or 3)
   int bytes;
+  int read_scale;           // fp8 read copy: [units][rows] fp32 row scales of the block's units (else empty)
 };
 
-inline VerifyPlan verify_plan(int L, int N, int TM, int rows, int units, int state_bytes, int act_bytes) {
+// read_bytes: bytes per element of the staged read tile (the checkpoint's, or the read copy's); unit_scales: fp32
+// scales per unit (fp8 copy: rows, else 0).
+inline VerifyPlan verify_plan(int L, int N, int TM, int rows, int units, int read_bytes, int act_bytes,
+                              int unit_scales = 0) {
   auto build = [&](int stages) {
     VerifyPlan s{};
     SmemBump bump;  // consecutive 16-byte-aligned regions
@@ -66,9 +94,10 @@ inline VerifyPlan verify_plan(int L, int N, int TM, int rows, int units, int sta
     s.Cs = bump.take(TM * N * act_bytes);
     s.coef = bump.take(units * L * TM * 4);
     s.ring_dt = bump.take(units * round_up(L, 4) * 4);
+    s.read_scale = bump.take(units * unit_scales * 4);
     s.stage0 = bump.off;
     bump.off = 0;
-    s.state = bump.take(rows * N * state_bytes);
+    s.state = bump.take(rows * N * read_bytes);
     s.xw = bump.take(L * rows * act_bytes);
     s.z = bump.take(TM * rows * act_bytes);
     s.stage_bytes = bump.off;
@@ -85,10 +114,15 @@ __device__ __forceinline__ void wait_unit() {  // the oldest unit in flight has 
   cp_async_wait_group<S - 2>();
 }
 
-template <typename StateT, typename ActT, int N, int TM>
+template <typename StateT, typename ActT, int N, int TM, typename CopyT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     verify_kernel(const __grid_constant__ rssm_mamba2_verify_params p, const Shape shape, const VerifyPlan sp) {
   using Tl = Tiling<StateT, N>;
+  using RT = ReadT<StateT, CopyT>;                                    // element of the staged read tile
+  constexpr bool kCopy = !std::is_void_v<CopyT>;                      // the outputs read a read copy
+  constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;    // ... with a scale per state row
+  constexpr int kTileVecBytes = Tl::VEC * static_cast<int>(sizeof(RT));  // one vector of the read tile
+  static_assert(!kCopy || sizeof(RT) < sizeof(StateT), "a read copy is narrower than the checkpoint");
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int M = KI * TM;  // dot products per thread and unit: KI rows x TM tokens, flat index i * TM + s
   constexpr int R = MultiScatter<M, LPR>::R, SH = MultiScatter<M, LPR>::SH;
@@ -127,6 +161,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const bool flush = hist + 2 * T > L;      // block-uniform
 
   StateT* const state_blk = static_cast<StateT*>(p.state) + sh0 * P * N;  // unit uu's tile at uu * TR * N
+  // The tile the outputs read (same layout and offsets as state_blk) and, fp8, its row scales (unit uu's rows at
+  // uu * TR).
+  RT* const read_blk = kCopy ? static_cast<RT*>(p.read_state) + sh0 * P * N : reinterpret_cast<RT*>(state_blk);
+  float* const read_scale_blk = kRowScale ? p.read_scale + sh0 * P : nullptr;
   const ActT* const x_blk = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head0 * p.x_head_stride;
   const ActT* const z_blk = p.z ? static_cast<const ActT*>(p.z) + b * p.z_batch_stride + head0 * p.z_head_stride : nullptr;
   ActT* const y_blk = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
@@ -139,18 +177,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int pieces = TR * static_cast<int>(sizeof(ActT)) / 8;  // 8-byte pieces of a record's tile rows
   auto stage_ptr = [&](int stage) { return smem + sp.stage0 + stage * sp.stage_bytes; };
 
-  // Queues the copies of unit u into `stage`: this thread's own vectors of the checkpoint tile (it reads back
-  // exactly those), the window's x records of the tile rows in window order (committed ones from the ring,
-  // then the tokens' x), the tokens' z.
+  // Queues the copies of unit u into `stage`: this thread's own vectors of the read tile (checkpoint or copy; it
+  // reads back exactly those), the window's x records of the tile rows in window order (committed ones from the
+  // ring, then the tokens' x), the tokens' z.
   auto issue_unit = [&](int u, int stage) {
     const int uu = tile_base + u, hh = uu >> TL, row0 = (uu & (TILES - 1)) * TR;
     char* st = stage_ptr(stage);
-    const StateT* gs = state_blk + (uu * TR * N + thread_off);
-    StateT* ss = reinterpret_cast<StateT*>(st + sp.state) + thread_off;
+    const RT* gs = read_blk + (uu * TR * N + thread_off);
+    RT* ss = reinterpret_cast<RT*>(st + sp.state) + thread_off;
 #pragma unroll
     for (int i = 0; i < KI; ++i)
 #pragma unroll
-      for (int v = 0; v < NV; ++v) cp_async<16>(ss + vec_step(i, v), gs + vec_step(i, v));
+      for (int v = 0; v < NV; ++v) cp_async<kTileVecBytes>(ss + vec_step(i, v), gs + vec_step(i, v));
     const ActT* rxg = ring_x_blk + static_cast<int64_t>(hh) * L * P + row0;
     const ActT* xg = x_blk + hh * p.x_head_stride + row0;
     const int nx = W * pieces, nz = z_blk ? T * pieces : 0;
@@ -167,9 +205,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     }
   };
 
-  // ---- Prologue. Group 0: the window's B records (window order), the tokens' C, the chunk heads' rings of dt;
-  // then units 0 .. S-2.
+  // ---- Prologue. Group 0: the window's B records (window order), the tokens' C, the chunk heads' rings of dt
+  // (fp8 copy: the units' row scales); then units 0 .. S-2.
   const int chunk_heads = ((tile_base + U - 1) >> TL) + 1;
+  if constexpr (kRowScale) {  // the units' rows are consecutive
+    const float* src = read_scale_blk + tile_base * TR;
+    float* dst = reinterpret_cast<float*>(smem + sp.read_scale);
+    for (int k = threadIdx.x; k < U * TR; k += blockDim.x) cp_async<4>(dst + k, src + k);
+  }
   {
     const ActT* rBg = static_cast<const ActT*>(p.ring_B) + sg * L * N;
     const ActT* Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
@@ -313,7 +356,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
     const int uu = tile_base + u, hh = uu >> TL, tile = uu & (TILES - 1), row0 = tile * TR;
     const char* st = stage_ptr(stage);
-    const StateT* ss = reinterpret_cast<const StateT*>(st + sp.state) + thread_off;
+    const RT* ss = reinterpret_cast<const RT*>(st + sp.state) + thread_off;
     const ActT* xw = reinterpret_cast<const ActT*>(st + sp.xw);
     const ActT* zs = reinterpret_cast<const ActT*>(st + sp.z);
 
@@ -323,7 +366,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     for (int i = 0; i < KI; ++i) {
       float sv[NV][VEC];
 #pragma unroll
-      for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + vec_step(i, v), sv[v]);
+      for (int v = 0; v < NV; ++v) load_vec<RT, VEC>(ss + vec_step(i, v), sv[v]);
 #pragma unroll
       for (int s = 0; s < TM; ++s) {
         float a = 0.f;
@@ -340,6 +383,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     float yv[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) yv[r] = s_abar[hh][s0 + r] * acc[r];
+    if constexpr (kRowScale) {  // fp8 copy: the row's scale, factored out of the dot products (row my_row of unit u)
+      const float rs = reinterpret_cast<const float*>(smem + sp.read_scale)[u * TR + my_row];
+#pragma unroll
+      for (int r = 0; r < R; ++r) yv[r] *= rs;
+    }
     const float* cf = coef_s + hh * L * TM + s0;
     for (int j = q; j < jend; j += SH) {
       const float xj = to_float(xw[j * TR + my_row]);
@@ -373,7 +421,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       if (tile == 0 && threadIdx.x < T) ring_dt_blk[hh * ldt + ring_pos(origin, hist + threadIdx.x, L)] = s_dtp[hh][threadIdx.x];
     }
 
-    // ---- Flush rows: fold the h committed records into the checkpoint tile and store it; move the cursor.
+    // ---- Flush rows: fold the h committed records into the checkpoint tile and store it (and the copy rewritten
+    // from it); move the cursor. With a read copy the stage holds the copy: the checkpoint comes from global memory.
     if (flush) {
       float sv[KI][NV][VEC];
       const float af = s_abar_f[hh];
@@ -381,7 +430,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       for (int i = 0; i < KI; ++i)
 #pragma unroll
         for (int v = 0; v < NV; ++v) {
-          load_vec<StateT, VEC>(ss + vec_step(i, v), sv[i][v]);
+          if constexpr (kCopy) {
+            load_vec<StateT, VEC>(state_blk + (uu * TR * N + thread_off) + vec_step(i, v), sv[i][v]);
+          } else {
+            load_vec<StateT, VEC>(ss + vec_step(i, v), sv[i][v]);
+          }
 #pragma unroll
           for (int e = 0; e < VEC; ++e) sv[i][v][e] *= af;
         }
@@ -412,6 +465,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       for (int i = 0; i < KI; ++i)
 #pragma unroll
         for (int v = 0; v < NV; ++v) store_stream(gstate + vec_step(i, v), pack<StateT, VEC>(sv[i][v]));  // WRITES state
+      // WRITES read_state (and fp8 read_scale) of the tile's rows: the copy of the values just stored.
+      if constexpr (kCopy)
+        store_read_copy<CopyT, Tl>(sv, read_blk + (uu * TR * N + thread_off),
+                                   kRowScale ? read_scale_blk + uu * TR + warp * RW + seg : nullptr, col_lane);
       // WRITES the cursor replicas this unit owns (tile, tile + TILES, ...): history 0, origin past the fold.
       if (warp == 0 && lane < RSSM_CURSOR_REPLICAS && (lane & (TILES - 1)) == tile)
         *reinterpret_cast<int2*>(cursor_blk + (hh * RSSM_CURSOR_REPLICAS + lane) * RSSM_CURSOR_FIELDS) =
@@ -421,15 +478,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
 }
 
-template <typename StateT, typename ActT, int N, int TM>
+template <typename StateT, typename ActT, int N, int TM, typename CopyT>
 static cudaError_t launch_verify_window(const rssm_mamba2_verify_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, N>;
   int sms = 0;
   cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
   const Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, p.batch, sms);
-  const VerifyPlan sp = verify_plan(p.buffer_len, N, TM, shape.rows, shape.units, sizeof(StateT), sizeof(ActT));
-  auto kernel = verify_kernel<StateT, ActT, N, TM>;
+  const int unit_scales = std::is_same_v<CopyT, __nv_fp8_e4m3> ? shape.rows : 0;
+  const VerifyPlan sp = verify_plan(p.buffer_len, N, TM, shape.rows, shape.units, sizeof(ReadT<StateT, CopyT>),
+                                    sizeof(ActT), unit_scales);
+  auto kernel = verify_kernel<StateT, ActT, N, TM, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
   if (needs_smem_opt_in(sp.bytes, overhead)) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
@@ -440,15 +499,18 @@ static cudaError_t launch_verify_window(const rssm_mamba2_verify_params& p, cuda
   return cudaGetLastError();
 }
 
-// Host launch for one (state dtype, activation dtype, dstate) specialisation; params already validated.
-// p.mode picks the ReplaySSM verify or the snapshot path (snapshot.cuh).
-template <typename StateT, typename ActT, int N>
+// Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
+// validated. CopyT void: no read copy, p.mode picks the ReplaySSM verify or the snapshot path (snapshot.cuh);
+// otherwise ReplaySSM verify only (validation refuses a copy on the snapshot path).
+template <typename StateT, typename ActT, int N, typename CopyT>
 cudaError_t launch_verify(const rssm_mamba2_verify_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
-  if (p.mode != RSSM_MAMBA2_REPLAY) return launch_snapshot<StateT, ActT, N>(p, stream);
-  if (p.window <= 2) return launch_verify_window<StateT, ActT, N, 2>(p, stream);
-  if (p.window <= 4) return launch_verify_window<StateT, ActT, N, 4>(p, stream);
-  return launch_verify_window<StateT, ActT, N, kMaxWindow>(p, stream);
+  if constexpr (std::is_void_v<CopyT>) {
+    if (p.mode != RSSM_MAMBA2_REPLAY) return launch_snapshot<StateT, ActT, N>(p, stream);
+  }
+  if (p.window <= 2) return launch_verify_window<StateT, ActT, N, 2, CopyT>(p, stream);
+  if (p.window <= 4) return launch_verify_window<StateT, ActT, N, 4, CopyT>(p, stream);
+  return launch_verify_window<StateT, ActT, N, kMaxWindow, CopyT>(p, stream);
 }
 
 }  // namespace mamba2
