@@ -60,9 +60,10 @@ def copy_pool(shape, num_slots, cfg, T):
 
 
 def spread_histories(pool, T):
-    """Histories 0, 1, .., L-T, 0, .. by slot (every ring position a window may start at), origins random."""
+    """Histories spread evenly over 0 .. L-T by slot (both ends included: windows from the checkpoint to the ring's
+    last one, the upper ones folding at once), origins random."""
     n, L = pool.num_slots, pool.buffer_len
-    pool.set_cursor(slice(None), (torch.arange(n, device=DEV) % (L - T + 1)).to(torch.int32),
+    pool.set_cursor(slice(None), torch.linspace(0, L - T, n, device=DEV).round().to(torch.int32),
                     torch.randint(0, L, (n,), device=DEV, dtype=torch.int32))
 
 

@@ -132,6 +132,8 @@ rssm_status Mamba2Verify::launch(Cfg const& cfg, Tensors<kRoles> const& t, cudaS
   p.D = static_cast<float const*>(t.in(D));
   p.dt_bias = static_cast<float const*>(t.in(DT_BIAS));
   p.y = t.y();
+  // The read-copy fields stay zero (read_format 0: no copy): the plugin has no copy inputs, and the outputs read
+  // the checkpoint.
   return rssm_mamba2_verify(&p, sizeof(p), stream);
 }
 
