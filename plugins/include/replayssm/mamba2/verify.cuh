@@ -38,8 +38,10 @@
 //     the row scale applied after the reduce-scatter (every lane then holds a single row); the block's row scales
 //     are staged once, with the prologue's group 0.
 //   - The fold of a flush block reads its checkpoint tile straight from global memory (16-byte loads issued back
-//     to back; 1 block in L/T or so). Whether a block flushes is known before its first copy is queued (the cursor
-//     is read up front), but staging both tiles would size every stage for the rare flush.
+//     to back, outside the pipeline). Whether a block flushes is known before its first copy is queued (the cursor
+//     is read up front), but staging both tiles would size every stage (and the pipeline depth) for the flush.
+//     Folding rows are a minority of the steps when L is well above 2T; near L = 2T most rows fold, and whether
+//     the unpipelined loads cost more than deeper stages is for the benchmark to say (not yet measured).
 //   - The flush stores the checkpoint (StateT, as without a copy) and then the copy, quantised from the same fp32
 //     registers by common/read_copy.cuh (store_read_copy: fp16 / bf16 nearest even; fp8 row amax across the LPR
 //     lanes holding the row, scale = max(amax * (1/448), FLT_MIN), code = e4m3_satfinite(v / scale), the
