@@ -61,17 +61,6 @@ static cudaError_t verify_dispatch(const rssm_mamba2_verify_params& p, cudaStrea
   });
 }
 
-static const char* read_format_name(int f) {
-  switch (f) {
-    case RSSM_READ_NONE: return "none";
-    case RSSM_READ_FP16: return "fp16";
-    case RSSM_READ_BF16: return "bf16";
-    case RSSM_READ_FP8: return "fp8";
-    case RSSM_READ_NVFP4: return "nvfp4";
-    default: return "unknown";
-  }
-}
-
 // The read-copy fields: a compiled combination (kReadCopiesText) and the copy's buffers.
 static rssm_status validate_read_copy(const rssm_mamba2_verify_params& p) {
   if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
