@@ -213,6 +213,37 @@ inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_b
   return s;
 }
 
+// A thread's vector of 4 copy elements (the copy of an fp32 checkpoint's 16-byte vector) as the integer word(s)
+// it is loaded into, and their widening to fp32 (exact: fp16 / bf16 values and fp8 codes are fp32 values).
+// Integer words and explicit conversions rather than Packed<CopyT, 4> and to_float: ptxas then keeps the copy in
+// fewer registers (the fp8 and bf16 variants spilled several times more with the element arrays).
+template <typename CopyT>
+using CopyWord = std::conditional_t<sizeof(CopyT) == 1, uint32_t, uint2>;
+
+template <typename CopyT>
+__device__ __forceinline__ void widen_copy(uint2 w, float (&x)[4]) {
+  if constexpr (std::is_same_v<CopyT, __nv_bfloat16>) {
+    x[0] = __uint_as_float(w.x << 16);
+    x[1] = __uint_as_float(w.x & 0xffff0000u);
+    x[2] = __uint_as_float(w.y << 16);
+    x[3] = __uint_as_float(w.y & 0xffff0000u);
+  } else {
+    static_assert(std::is_same_v<CopyT, __half>, "16-bit copies are fp16 or bf16");
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+  }
+}
+
+template <typename CopyT>
+__device__ __forceinline__ void widen_copy(uint32_t w, float (&x)[4]) {
+  static_assert(std::is_same_v<CopyT, __nv_fp8_e4m3>, "8-bit copies are fp8 e4m3");
+  __nv_fp8x4_e4m3 codes;
+  codes.__x = w;
+  const float4 v = static_cast<float4>(codes);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+
 template <typename StateT, typename ActT, int K, int TM, typename CopyT>
 __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     verify_kernel(const __grid_constant__ rssm_gdn_verify_params p, const VerifyShape shape, const VerifyPlan sp) {
@@ -231,8 +262,8 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
   constexpr bool kCopy = !std::is_void_v<CopyT>;                    // a read copy: S0 q_i reads it
   constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;  // ... with a scale per state row
   using CT = std::conditional_t<kCopy, CopyT, StateT>;              // the copy's element type (StateT: unused)
-  static_assert(!kCopy || (sizeof(CT) < sizeof(StateT) && sizeof(ActT) == 2),
-                "a read copy is narrower than the checkpoint, with 16-bit activations");
+  static_assert(!kCopy || (std::is_same_v<StateT, float> && VEC == 4 && sizeof(ActT) == 2),
+                "read copies of an fp32 checkpoint (vectors of 4), with 16-bit activations");
 
   extern __shared__ __align__(16) char smem[];
   const int T = p.window, L = p.buffer_len, HV = p.num_v_heads, H = p.num_k_heads, V = p.head_v_dim;
@@ -383,7 +414,7 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
 
     // Read copy: the thread's copy vectors (the elements of raw, narrowed) and, fp8, the scales of the rows whose
     // sums the lane keeps, loaded here rather than one unit ahead: they are live only until the products.
-    Packed<CT, VEC> craw[kCopy ? R : 1][NC];
+    CopyWord<CT> craw[kCopy ? R : 1][NC];
     float rsc[LR];
     if constexpr (kCopy) {
       const CT* csrc = read_blk + static_cast<int64_t>(uu) * TR * K + thread_off;
@@ -391,7 +422,7 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < NC; ++c)
-          craw[r][c] = *reinterpret_cast<const Packed<CT, VEC>*>(csrc + r * G * K + c * W * VEC);
+          craw[r][c] = __ldcs(reinterpret_cast<const CopyWord<CT>*>(csrc + r * G * K + c * W * VEC));
     }
     if constexpr (kRowScale) {
 #pragma unroll
@@ -493,9 +524,7 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
           // included, are tf32 values as fp32); an n-tile without vectors of a kind skips that kind's MMA.
           float xc[R][VEC];
 #pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) xc[r][e] = to_float(craw[r][c].v[e]);
+          for (int r = 0; r < R; ++r) widen_copy<CT>(craw[r][c], xc[r]);
 #pragma unroll
           for (int piece = 0; piece < Q; ++piece) {
             uint4 bk[NT], bq[NT];
@@ -565,9 +594,7 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
           float xc[R][VEC];  // read copy: the same elements from the copy (fp8: codes)
           if constexpr (kCopy) {
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-              for (int e = 0; e < VEC; ++e) xc[r][e] = to_float(craw[r][c].v[e]);
+            for (int r = 0; r < R; ++r) widen_copy<CT>(craw[r][c], xc[r]);
           }
           const float* vc = vecs + ps * VP * K + (c * W + w) * VEC;
 #pragma unroll
