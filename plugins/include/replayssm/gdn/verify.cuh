@@ -68,7 +68,10 @@
 //     alone (q_i zero) and the q_i alone (k_i zero): an n-tile holding both kinds (TM = 2, 4) takes two MMAs into
 //     one accumulator, one per kind, and the zeros add nothing; at TM = 8 tile 0 holds the k_i, tile 1 the q_i,
 //     one MMA each as without a copy. FMA path: each vector's products take the checkpoint's or the copy's
-//     values (known at compile time: a pass's vectors are unrolled).
+//     values (known at compile time: a pass's vectors are unrolled). One exception to "the copy never reaches
+//     the recurrence": an fp16 copy of a state element beyond 65504 holds an inf, and inf times the zero k_i of
+//     set 1 is a NaN in that row's S0 k_i on the tensor-core path at TM = 2, 4 (the reference's y of that row is
+//     not finite either; quantisation to fp16 saturates nothing, as quant.py).
 //   - fp8: S0 q_i = scale_row (codes · q_i), the row scale applied to the lane's sums of q_i (a lane's run holds
 //     tokens of one kind of one row), before the history terms.
 //   - The fold (rows with h + 2T > L and h > 0) stores the checkpoint as without a copy and then the copy,
