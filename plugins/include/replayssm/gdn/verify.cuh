@@ -65,13 +65,11 @@
 //     whose sums the lane keeps), not one unit ahead as the checkpoint tile: they are live only until the products.
 //   - Tensor cores: the A fragments of the S0 k_i products are the checkpoint's (tf32-rounded), those of S0 q_i the
 //     copy's (16-bit values and fp8 codes are exact in tf32). The vectors are staged twice as B fragments, the k_i
-//     alone (q_i zero) and the q_i alone (k_i zero): an n-tile holding both kinds (TM = 2, 4) takes two MMAs into
-//     one accumulator, one per kind, and the zeros add nothing; at TM = 8 tile 0 holds the k_i, tile 1 the q_i,
-//     one MMA each as without a copy. FMA path: each vector's products take the checkpoint's or the copy's
-//     values (known at compile time: a pass's vectors are unrolled). One exception to "the copy never reaches
-//     the recurrence": an fp16 copy of a state element beyond 65504 holds an inf, and inf times the zero k_i of
-//     set 1 is a NaN in that row's S0 k_i on the tensor-core path at TM = 2, 4 (the reference's y of that row is
-//     not finite either; quantisation to fp16 saturates nothing, as quant.py).
+//     alone (q_i zero) and the q_i alone (k_i zero): an n-tile holding both kinds (TM = 2, 4) takes two MMAs, one
+//     per kind, into two accumulators (a lane then keeps, of each, the sums of its own kind: the k_i sums never
+//     see a copy value, not even an fp16 copy's inf times a zero k_i); at TM = 8 tile 0 holds the k_i, tile 1
+//     the q_i, one MMA each as without a copy. FMA path: each vector's products take the checkpoint's or the
+//     copy's values (known at compile time: a pass's vectors are unrolled).
 //   - fp8: S0 q_i = scale_row (codes · q_i), the row scale applied to the lane's sums of q_i (a lane's run holds
 //     tokens of one kind of one row), before the history terms.
 //   - The fold (rows with h + 2T > L and h > 0) stores the checkpoint as without a copy and then the copy,
@@ -514,6 +512,16 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      // Read copy: an n-tile holding both kinds (TM = 2, 4) accumulates its copy MMAs apart (accq), so that the
+      // S0 k_i sums never see a copy value, not even as inf * 0; a tile of q_i only accumulates in acc.
+      constexpr bool kMixed = kCopy && TM < 8;
+      float accq[kMixed ? NT : 1][4];
+      if constexpr (kMixed) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) accq[nt][e] = 0.f;
+      }
       const uint4* const fb = reinterpret_cast<const uint4*>(smem + sp.frag) + lane;
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
@@ -545,7 +553,9 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
 #pragma unroll
               for (int nt = 0; nt < NT; ++nt) {
                 if (nt * 8 < TM) mma_tf32_m16n8k8(acc[nt], a, pr ? bk[nt].z : bk[nt].x, pr ? bk[nt].w : bk[nt].y);
-                if (nt * 8 + 8 > TM) mma_tf32_m16n8k8(acc[nt], ac, pr ? bq[nt].z : bq[nt].x, pr ? bq[nt].w : bq[nt].y);
+                if (nt * 8 + 8 > TM)
+                  mma_tf32_m16n8k8(kMixed && nt * 8 < TM ? accq[nt] : acc[nt], ac, pr ? bq[nt].z : bq[nt].x,
+                                   pr ? bq[nt].w : bq[nt].y);
               }
             }
           }
@@ -572,6 +582,12 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
         if (v0 < NV) {  // TM = 2: lanes w = 2, 3 hold the zero half of the tile
 #pragma unroll
           for (int rr = 0; rr < LR; ++rr) {
+            if constexpr (kMixed) {  // the lane's vectors are q_i: their sums are in accq
+              if (v0 >= TM) {
+                acc[nt][2 * rr] = accq[nt][2 * rr];
+                acc[nt][2 * rr + 1] = accq[nt][2 * rr + 1];
+              }
+            }
             if constexpr (kRowScale) {  // sums of q_i read fp8 codes: the row's scale
               const float sc = v0 >= TM ? rsc[rr] : 1.f;
               acc[nt][2 * rr] *= sc;
