@@ -72,10 +72,10 @@
 //     copy's values (known at compile time: a pass's vectors are unrolled).
 //   - fp8: S0 q_i = scale_row (codes · q_i), the row scale applied to the lane's sums of q_i (a lane's run holds
 //     tokens of one kind of one row), before the history terms.
-//   - The fold (rows with h + 2T > L and h > 0) stores the checkpoint as without a copy and then the copy,
-//     quantised from the same fp32 registers row by row (common/read_copy.cuh store_read_copy_row: fp16 / bf16
-//     nearest even; fp8 the row's amax across the W lanes holding it, scale = max(amax * (1/448), FLT_MIN), code =
-//     e4m3_satfinite(v / scale), as quant.quantize_state). A flush row with h = 0 writes neither.
+//   - The fold (rows with h + 2T > L, so h > 0 as L >= 2T) stores the checkpoint as without a copy and then the
+//     copy, quantised from the same fp32 registers row by row (common/read_copy.cuh store_read_copy_row: fp16 /
+//     bf16 nearest even; fp8 the row's amax across the W lanes holding it, scale = max(amax * (1/448), FLT_MIN),
+//     code = e4m3_satfinite(v / scale), as quant.quantize_state).
 // The copy adds its read to the checkpoint's (both are needed): it exists for the format's sake, not for bandwidth.
 // nvfp4 copies are not read here (validation refuses them).
 #pragma once
