@@ -16,10 +16,12 @@ def sync_copies(dst, src):
             dst.buffers[name].copy_(src.buffers[name])
 
 
-def check_slots_after_step(pool, before, slots, L, check_flushed, where):
+def check_slots_after_step(pool, before, slots, L, check_flushed, where, flushes=None):
     """After one replay step over `slots` (-1: padding) from `before` (a clone taken just before it): unused slots
-    untouched in every buffer; slots that did not flush (history < L-1 before the step) keep checkpoint and copy
-    bit for bit; for every flushed slot s, check_flushed(s) (the family's check of the new copy)."""
+    untouched in every buffer; slots that did not flush keep checkpoint and copy bit for bit; for every flushed
+    slot s, check_flushed(s) (the family's check of the new copy). flushes(h): whether a slot with history h before
+    the step rewrites its checkpoint (default: a decode step, h >= L-1; a verify of T tokens: h > 0 and
+    h + 2T > L)."""
     live = slots >= 0
     used = set(slots[live].tolist())
     hist_before = before.history()
@@ -28,7 +30,7 @@ def check_slots_after_step(pool, before, slots, L, check_flushed, where):
             for name, t in pool.buffers.items():
                 assert torch.equal(buffer_bytes(t[s]), buffer_bytes(before.buffers[name][s])), \
                     f"{where}: unused slot {s} {name}"
-        elif int(hist_before[s]) < L - 1:
+        elif not (flushes(int(hist_before[s])) if flushes else int(hist_before[s]) >= L - 1):
             for name in pool.buffers:
                 if name == "checkpoint" or name.startswith("read_"):
                     assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(before.buffers[name][s])), \

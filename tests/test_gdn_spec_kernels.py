@@ -319,7 +319,7 @@ def _strided_last(t):
     (dict(L=7), None, ValueError, "buffer_len=7 must be >= 2T=8"),
     (dict(T=9, L=24), None, ValueError, r"T=9 tokens per row \(v.shape\[1\]\) is out of range \(2..8\)"),
     (dict(kda=True), None, NotImplementedError, "KDA verify kernels are not implemented yet; pass CPU tensors"),
-    (dict(read_format="fp16"), None, NotImplementedError, "read_format=fp16: read copies"),
+    (dict(read_format="nvfp4"), None, NotImplementedError, "read_format=nvfp4: the GDN verify kernel reads the copy"),
     ({}, lambda d: d.update(v=_strided_last(d["v"])), ValueError, "v must be contiguous in its last dimension"),
     ({}, lambda d: d.update(g=_strided_last(d["g"])), ValueError, "g must be contiguous in its last dimension"),
     ({}, lambda d: d.update(v=torch.randn(3 * 4 * 4 * 128 + 1, device=DEV).to(BF16)[1:].view(3, 4, 4, 128)),

@@ -12,9 +12,10 @@ from gdn_spec_cases import raw_window_inputs, spec_pool, window_inputs
 from mamba2_cases import rel_err
 from test_validation import _header_fields
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import (GDN_HEAD_DIMS, MAX_BUFFER_LEN, SPEC_MAX_WINDOW, SPEC_MIN_WINDOW, GdnLayerShape,
-                                     ReplayConfig)
-from trtllm_replayssm.ops.gdn import replay_verify, snapshot_verify, spec_kernels
+from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, GDN_KERNEL_READ_COPY_ACTS, GDN_KERNEL_READ_COPY_STATE,
+                                     GDN_KERNEL_READ_FORMATS, MAX_BUFFER_LEN, READ_FORMAT_CODES, SPEC_MAX_WINDOW,
+                                     SPEC_MIN_WINDOW, GdnLayerShape, ReplayConfig, dtype_name)
+from trtllm_replayssm.ops.gdn import check_kernel_read_copy, replay_verify, snapshot_verify, spec_kernels
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, prepare_qk
 from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference, snapshot_verify_reference
 
@@ -194,3 +195,108 @@ def test_native_rejects_mismatched_struct_size():
     lib = _lib.load()
     p = spec_kernels.GdnVerifyParams()
     assert lib.rssm_gdn_verify_validate(ctypes.byref(p), ctypes.sizeof(p) - 8) == 3
+
+
+# ---- Read copies of the verify kernel: the native table against config.GDN_KERNEL_READ_* (the decode family's
+#      list), errors naming the value, and the op's refusal of combinations without a kernel (no GPU needed) ----
+
+DUMMY = 1 << 20  # a 16-byte aligned fake address: validation never dereferences it
+
+
+@needs_lib
+def test_native_verify_read_copy_table_matches_python_lists():
+    """The (state dtype, act dtype, read format, mode) combinations the library accepts are exactly those of
+    config.GDN_KERNEL_READ_*; the others are refused naming the format. Zero fields (read_format 0) mean no copy,
+    as the TensorRT plugin's zero-initialised params leave them."""
+    codes = {dtype_name(d): c for d, c in DTYPE_CODES.items()}
+    for state in ("fp32", "fp16", "bf16"):
+        for act in ("fp32", "fp16", "bf16"):
+            for fmt, code in READ_FORMAT_CODES.items():
+                for mode in (spec_kernels.SNAPSHOT, spec_kernels.REPLAY):
+                    want = fmt == "none" or (state == GDN_KERNEL_READ_COPY_STATE and act in GDN_KERNEL_READ_COPY_ACTS
+                                             and fmt in GDN_KERNEL_READ_FORMATS and mode == spec_kernels.REPLAY)
+                    status, msg = _status(state_dtype=codes[state], act_dtype=codes[act], read_format=code, mode=mode,
+                                          read_state=DUMMY, read_scale=DUMMY)
+                    where = f"state {state}, act {act}, read_format {fmt}, mode {mode}"
+                    assert (status == 0) == want, f"{where}: {msg}"
+                    if not want:
+                        assert f"read_format={code} ({fmt})" in msg, msg
+    assert "read_format=9 (unknown)" in _status(read_format=9, read_state=DUMMY)[1]
+    assert _status(read_format=0, read_state=None, read_scale=None)[0] == 0
+
+
+@needs_lib
+@pytest.mark.parametrize("overrides, words", [
+    (dict(read_format=4), "read_format=4 (nvfp4) is not supported by the GDN verify kernel"),
+    (dict(read_format=7), "read_format=7 (unknown) is not supported"),
+    (dict(read_format=1, read_state=None), "read_state is NULL (required by read_format=1, fp16)"),
+    (dict(read_format=3, read_scale=None), "read_scale is NULL (required by read_format=3, fp8)"),
+    (dict(read_format=2, read_state=DUMMY + 8), "read_state is not 16-byte aligned"),
+    (dict(read_format=3, read_scale=DUMMY + 2), "read_scale is not 4-byte aligned"),
+    (dict(read_format=1, mode=spec_kernels.SNAPSHOT), "read_format=1 (fp16) needs mode=1 (replay), got mode=0"),
+    (dict(read_format=3, state_dtype=2), "read_format=3 (fp8) with state_dtype=2 is not supported"),
+    (dict(read_format=2, act_dtype=0), "read_format=2 (bf16) with act_dtype=0 (fp32) is not supported"),
+], ids=["nvfp4", "unknown", "no_read_state", "fp8_no_scale", "misaligned_copy", "misaligned_scale", "snapshot_path",
+        "bf16_checkpoint", "fp32_activations"])
+def test_native_verify_read_copy_errors_name_the_value(overrides, words):
+    args = dict(read_state=DUMMY, read_scale=DUMMY)
+    args.update(overrides)
+    status, msg = _status(**args)
+    assert status == 1 and words in msg, msg
+
+
+@needs_lib
+def test_native_verify_fp16_bf16_copies_need_no_scale():
+    for code in (1, 2):
+        status, msg = _status(read_format=code, read_state=DUMMY, read_scale=None)
+        assert status == 0, msg
+
+
+@pytest.mark.parametrize("kda, state, act, fmt, match", [
+    (False, "fp32", "bf16", "nvfp4", "read_format=nvfp4: the GDN verify kernel reads the copy formats fp16, bf16, fp8"),
+    (True, "fp32", "bf16", "fp8", r"read_format=fp8 with per_channel_decay \(KDA\): the KDA verify kernel"),
+    (False, "fp16", "fp16", "fp8", "read_format=fp8 with state_dtype=fp16: the GDN verify kernel reads copies of"),
+    (False, "fp32", "fp32", "fp16", "read_format=fp16 with act_dtype=fp32: the GDN verify kernel"),
+], ids=["nvfp4", "kda", "fp16_checkpoint", "fp32_activations"])
+def test_verify_op_refuses_read_copies_without_a_kernel(kda, state, act, fmt, match):
+    """The check the CUDA path runs before filling the params (no GPU needed): the combination and the value are
+    named, and the kernel ("verify")."""
+    shape = GdnLayerShape(2, 4, 128, 128, per_channel_decay=kda)
+    with pytest.raises(NotImplementedError, match=match):
+        check_kernel_read_copy(shape, ReplayConfig(16, state, act, fmt), kernel="verify")
+
+
+@pytest.mark.parametrize("act", GDN_KERNEL_READ_COPY_ACTS)
+@pytest.mark.parametrize("fmt", ("none",) + GDN_KERNEL_READ_FORMATS)
+def test_verify_op_accepts_the_kernel_read_copies(act, fmt):
+    check_kernel_read_copy(GdnLayerShape(2, 4, 128, 128), ReplayConfig(16, GDN_KERNEL_READ_COPY_STATE, act, fmt),
+                           kernel="verify")
+
+
+def test_verify_binding_passes_the_pool_copy():
+    """fill_params carries the format code and the copy's buffers (CPU tensors: addresses only, nothing launched)."""
+    pool = spec_pool(SHAPE, 4, ReplayConfig(12, torch.float32, torch.bfloat16, "fp8"), 4, "cpu")
+    q, k, v, g, beta = window_inputs(SHAPE, 3, 4, torch.bfloat16, "cpu")
+    y = torch.empty_like(v)
+    rings = dict(ring_u=pool.ring_u, ring_k=pool.ring_k, ring_g=pool.ring_g, cursor=pool.cursor, buffer_len=12)
+    p = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, q, k, v, g, beta, y, **rings,
+                                 read_format="fp8", read_state=pool.buffers["read_state"],
+                                 read_scale=pool.buffers["read_scale"])
+    assert p.read_format == READ_FORMAT_CODES["fp8"]
+    assert p.read_state == pool.buffers["read_state"].data_ptr()
+    assert p.read_scale == pool.buffers["read_scale"].data_ptr()
+    plain = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, q, k, v, g, beta, y, **rings)
+    assert plain.read_format == 0 and plain.read_state is None and plain.read_scale is None
+
+
+def test_cpu_replay_verify_with_a_read_copy_is_the_reference():
+    """CPU tensors: the op with a read copy is the reference (y from the copy, the fold rewrites it)."""
+    for fmt in GDN_KERNEL_READ_FORMATS:
+        pool = spec_pool(SHAPE, 4, ReplayConfig(12, torch.float32, torch.bfloat16, fmt), 4, "cpu")
+        ref = pool.clone()
+        q, k, v, g, beta = window_inputs(SHAPE, 3, 4, torch.bfloat16, "cpu")
+        y = replay_verify(pool, q, k, v, g, beta, **PREPARED)
+        y_ref = replay_verify_reference(ref, q, k, v, g, beta)
+        assert torch.equal(y, y_ref), fmt
+        for name, t in pool.buffers.items():
+            assert torch.equal(t, ref.buffers[name]), f"{fmt}: {name}"

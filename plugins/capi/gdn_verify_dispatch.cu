@@ -1,6 +1,9 @@
 // The one dispatch point of the Gated DeltaNet speculative verify family (ReplaySSM verify and the snapshot
 // path): validation of runtime values against the closed lists, then the jump to the specialisation compiled in
-// gdn_verify_<state dtype>.cu. The window T and the mode are dispatched inside launch_verify (gdn/verify.cuh).
+// gdn_verify_<state dtype>[_read_<copy>].cu. The window T and the mode are dispatched inside launch_verify
+// (gdn/verify.cuh).
+#include <type_traits>
+
 #include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/gdn/verify.cuh"
@@ -12,25 +15,81 @@ namespace gdn {
 static const int kVerifyHeadDims[] = {64, 128, 256};
 static const int kMinWindow = 2;
 
-#define RSSM_DECLARE(S, A, K) \
-  extern template cudaError_t launch_verify<S, A, K>(const rssm_gdn_verify_params&, cudaStream_t);
-#define RSSM_DECLARE_K(S, A) RSSM_DECLARE(S, A, 64) RSSM_DECLARE(S, A, 128) RSSM_DECLARE(S, A, 256)
-#define RSSM_DECLARE_ACT(S) RSSM_DECLARE_K(S, float) RSSM_DECLARE_K(S, __half) RSSM_DECLARE_K(S, __nv_bfloat16)
+// Read copies compiled (mirrored by trtllm_replayssm/config.py GDN_KERNEL_READ_*, the decode family's list): an
+// fp32 checkpoint with fp16 / bf16 activations, copy fp16, bf16 or fp8, ReplaySSM verify (not the snapshot path),
+// every head_k_dim above. nvfp4 is not read by the verify kernel; KDA has no verify kernel.
+static const int kReadFormats[] = {RSSM_READ_FP16, RSSM_READ_BF16, RSSM_READ_FP8};
+static const char kReadCopiesText[] =
+    "the GDN verify kernel reads fp16 / bf16 / fp8 copies: read_format 1, 2 or 3 with state_dtype=0 (fp32), "
+    "act_dtype 1 or 2 (fp16, bf16), mode=1 (replay)";
+
+#define RSSM_DECLARE(S, A, K, R) \
+  extern template cudaError_t launch_verify<S, A, K, R>(const rssm_gdn_verify_params&, cudaStream_t);
+#define RSSM_DECLARE_K(S, A, R) RSSM_DECLARE(S, A, 64, R) RSSM_DECLARE(S, A, 128, R) RSSM_DECLARE(S, A, 256, R)
+#define RSSM_DECLARE_ACT(S) \
+  RSSM_DECLARE_K(S, float, void) RSSM_DECLARE_K(S, __half, void) RSSM_DECLARE_K(S, __nv_bfloat16, void)
+#define RSSM_DECLARE_COPY(R) RSSM_DECLARE_K(float, __half, R) RSSM_DECLARE_K(float, __nv_bfloat16, R)
 RSSM_DECLARE_ACT(float)
 RSSM_DECLARE_ACT(__half)
 RSSM_DECLARE_ACT(__nv_bfloat16)
+RSSM_DECLARE_COPY(__half)
+RSSM_DECLARE_COPY(__nv_bfloat16)
+RSSM_DECLARE_COPY(__nv_fp8_e4m3)
+#undef RSSM_DECLARE_COPY
 #undef RSSM_DECLARE_ACT
 #undef RSSM_DECLARE_K
 #undef RSSM_DECLARE
 
+// validate_verify() has admitted a read copy only with the combinations compiled (kReadFormats, kReadCopiesText).
 static cudaError_t verify_dispatch(const rssm_gdn_verify_params& p, cudaStream_t stream) {
   return with_dtype(p.state_dtype, [&](auto state_tag) {
     return with_dtype(p.act_dtype, [&](auto act_tag) {
       using S = typename decltype(state_tag)::type;
       using A = typename decltype(act_tag)::type;
-      return with_value<64, 128, 256>(p.head_k_dim, [&](auto k) { return launch_verify<S, A, decltype(k)::value>(p, stream); });
+      auto launch = [&](auto read_tag) {
+        using R = typename decltype(read_tag)::type;
+        return with_value<64, 128, 256>(p.head_k_dim,
+                                        [&](auto k) { return launch_verify<S, A, decltype(k)::value, R>(p, stream); });
+      };
+      if constexpr (std::is_same_v<S, float> && !std::is_same_v<A, float>) {
+        if (p.read_format == RSSM_READ_FP16) return launch(TypeTag<__half>{});
+        if (p.read_format == RSSM_READ_BF16) return launch(TypeTag<__nv_bfloat16>{});
+        if (p.read_format == RSSM_READ_FP8) return launch(TypeTag<__nv_fp8_e4m3>{});
+      }
+      return launch(TypeTag<void>{});
     });
   });
+}
+
+// The read-copy fields: a compiled combination (kReadCopiesText) and the copy's buffers.
+static rssm_status validate_read_copy(const rssm_gdn_verify_params& p) {
+  if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
+  const char* name = read_format_name(p.read_format);
+  if (p.read_format == RSSM_READ_NVFP4)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=4 (nvfp4) is not supported by the GDN verify kernel; %s",
+                kReadCopiesText);
+  if (!in_list(p.read_format, kReadFormats))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) is not supported; %s", p.read_format, name,
+                kReadCopiesText);
+  if (p.mode != RSSM_GDN_REPLAY)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) needs mode=1 (replay), got mode=%d", p.read_format,
+                name, p.mode);
+  if (p.state_dtype != RSSM_DTYPE_FP32)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with state_dtype=%d is not supported; %s",
+                p.read_format, name, p.state_dtype, kReadCopiesText);
+  if (p.act_dtype == RSSM_DTYPE_FP32)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with act_dtype=0 (fp32) is not supported; %s",
+                p.read_format, name, kReadCopiesText);
+  if (!p.read_state)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is NULL (required by read_format=%d, %s)", p.read_format, name);
+  if (!aligned16(p.read_state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is not 16-byte aligned");
+  if (p.read_format == RSSM_READ_FP8) {
+    if (!p.read_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=3, fp8)");
+    if (reinterpret_cast<uintptr_t>(p.read_scale) & 3u)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
+  }
+  return RSSM_OK;
 }
 
 static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
@@ -70,7 +129,7 @@ static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
                             {p.k, {p.k_batch_stride, p.k_token_stride, p.k_head_stride}, "k"},
                             {p.v, {p.v_batch_stride, p.v_token_stride, p.v_head_stride}, "v"}};
   if (const rssm_status st = check_rows16(rows, act_bytes)) return st;
-  return RSSM_OK;
+  return validate_read_copy(p);
 }
 
 }  // namespace gdn

@@ -119,6 +119,8 @@ rssm_status GdnVerify::launch(Cfg const& cfg, Tensors<kRoles> const& t, cudaStre
   p.g = static_cast<float const*>(t.in(G));
   p.beta = static_cast<float const*>(t.in(BETA));
   p.y = t.y();
+  // The read-copy fields stay zero (read_format 0: no copy): the plugin has no copy inputs, and the outputs read
+  // the checkpoint.
   return rssm_gdn_verify(&p, sizeof(p), stream);
 }
 

@@ -57,26 +57,27 @@ def _check_cuda(shape: GdnLayerShape, v, g, beta, a, b, A_log, dt_bias, out, sta
             _check(t.dtype in DTYPE_CODES, f"{name} has dtype {dtype_name(t.dtype)}; supported: {_KERNEL_DTYPES}")
 
 
-def check_kernel_read_copy(shape: GdnLayerShape, cfg) -> None:
+def check_kernel_read_copy(shape: GdnLayerShape, cfg, kernel: str = "decode") -> None:
     """Refuses (NotImplementedError naming the value) a read copy the CUDA kernel does not implement; no GPU
     needed. The kernel reads an fp16 / bf16 / fp8 copy of an fp32 checkpoint with fp16 / bf16 activations, GDN only
-    (config.GDN_KERNEL_READ_*, mirrored by plugins/capi/gdn_dispatch.cu)."""
+    (config.GDN_KERNEL_READ_*, mirrored by plugins/capi/gdn_dispatch.cu and, for kernel="verify", by
+    plugins/capi/gdn_verify_dispatch.cu: the two families read the same copies)."""
     fmt = cfg.read_format
     if fmt == "none":
         return
     where = "exists in the PyTorch reference only (CPU tensors)"
     if fmt not in GDN_KERNEL_READ_FORMATS:
-        raise NotImplementedError(f"read_format={fmt}: the GDN decode kernel reads the copy formats "
+        raise NotImplementedError(f"read_format={fmt}: the GDN {kernel} kernel reads the copy formats "
                                   f"{', '.join(GDN_KERNEL_READ_FORMATS)}; {fmt} {where}")
     if shape.per_channel_decay:
-        raise NotImplementedError(f"read_format={fmt} with per_channel_decay (KDA): the KDA decode kernel reads no "
+        raise NotImplementedError(f"read_format={fmt} with per_channel_decay (KDA): the KDA {kernel} kernel reads no "
                                   f"read copy; it {where}")
     state, act = dtype_name(cfg.state_dtype), dtype_name(cfg.act_dtype)
     if state != GDN_KERNEL_READ_COPY_STATE:
-        raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the GDN decode kernel reads copies of "
-                                  f"an {GDN_KERNEL_READ_COPY_STATE} checkpoint only; this pair {where}")
+        raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the GDN {kernel} kernel reads copies "
+                                  f"of an {GDN_KERNEL_READ_COPY_STATE} checkpoint only; this pair {where}")
     if act not in GDN_KERNEL_READ_COPY_ACTS:
-        raise NotImplementedError(f"read_format={fmt} with act_dtype={act}: the GDN decode kernel reads copies with "
+        raise NotImplementedError(f"read_format={fmt} with act_dtype={act}: the GDN {kernel} kernel reads copies with "
                                   f"act_dtype {' or '.join(GDN_KERNEL_READ_COPY_ACTS)} only; this pair {where}")
 
 

@@ -4,12 +4,15 @@ Gating and q/k preparation as the decode ops (ops/gdn/__init__.py): precomputed 
 dt_bias); q and k L2-normalised (use_qk_l2norm) and q scaled by K^-1/2 (or `scale`) in PyTorch before the kernel.
 CUDA tensors run the kernels (current stream, no synchronisation, capturable in a CUDA graph); CPU tensors run the
 PyTorch references (ops/gdn/spec_reference.py, the specification). Not on CUDA (refused with a message saying so):
-KDA (per-channel decay) and pools with a read copy. Inputs are validated before anything is touched; errors name
+KDA (per-channel decay), and read copies other than those `ops.gdn.check_kernel_read_copy` lists (an fp16 / bf16 /
+fp8 copy of an fp32 checkpoint with fp16 / bf16 activations; the verify kernel reads the decode kernel's list).
+Inputs are validated before anything is touched; errors name
 the argument and its value. The commits are family independent: `ops.slots.spec_commit` (ReplaySSM) and
 `ops.slots.snapshot_commit` (snapshot path).
 
 In-place: `replay_verify` writes the pool's ring records at positions h .. h+T-1 of every non-padding row, and the
-checkpoint and cursor of rows with h + 2T > L (the flush folds the committed records only); `snapshot_verify`
+checkpoint (and its read copy, if the pool keeps one) and cursor of rows with h + 2T > L (the flush folds the
+committed records only; with a read copy y reads S0 q from the copy, u reads the checkpoint); `snapshot_verify`
 writes snapshots[slot, 0 .. T-1] of every non-padding row. Both write `out` (allocated when None) at non-padding
 rows only. Slot indices of one call must be distinct.
 """
@@ -20,7 +23,7 @@ import torch
 
 from trtllm_replayssm.config import (DTYPE_CODES, PAD_SLOT_ID, SPEC_MAX_WINDOW, SPEC_MIN_WINDOW, GdnLayerShape,
                                      dtype_name)
-from trtllm_replayssm.ops.gdn import spec_kernels
+from trtllm_replayssm.ops.gdn import check_kernel_read_copy, spec_kernels
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, prepare_qk
 from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference, snapshot_verify_reference
 from trtllm_replayssm.ops.slots import check_spec_window, live_rows
@@ -118,9 +121,8 @@ def replay_verify(pool, q, k, v, g=None, beta=None, *, a=None, b=None, A_log=Non
            f"v has dtype {dtype_name(getattr(v, 'dtype', None))} but the pool's act_dtype is "
            f"{dtype_name(pool.cfg.act_dtype)}")
     _check(v.device == pool.device, f"v is on {v.device} but the pool is on {pool.device}")
-    if v.device.type == "cuda" and pool.cfg.read_format != "none" and not pool.shape.per_channel_decay:
-        raise NotImplementedError(f"read_format={pool.cfg.read_format}: read copies exist in the PyTorch reference "
-                                  "only so far (CPU tensors); the GDN verify kernel does not read them yet")
+    if v.device.type == "cuda":
+        check_kernel_read_copy(pool.shape, pool.cfg, kernel="verify")
     qp, kp, g, beta = _prepare_window(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale,
                                       slot_idx, out, pool.checkpoint, pool.buffer_len)
     y = torch.empty_like(v) if out is None else out
@@ -130,7 +132,8 @@ def replay_verify(pool, q, k, v, g=None, beta=None, *, a=None, b=None, A_log=Non
         return replay_verify_reference(pool, qp, kp, v, g, beta, slot_idx, pad_slot_id, y)
     p = spec_kernels.fill_params(spec_kernels.REPLAY, pool.checkpoint, qp, kp, v, g, beta, y, slot_idx, pad_slot_id,
                                  ring_u=pool.ring_u, ring_k=pool.ring_k, ring_g=pool.ring_g, cursor=pool.cursor,
-                                 buffer_len=pool.buffer_len)
+                                 buffer_len=pool.buffer_len, read_format=pool.cfg.read_format,
+                                 read_state=pool.buffers.get("read_state"), read_scale=pool.buffers.get("read_scale"))
     spec_kernels.launch(p, v.device)
     return y
 

@@ -9,7 +9,7 @@ import ctypes
 import torch
 
 from trtllm_replayssm import _lib
-from trtllm_replayssm.config import DTYPE_CODES
+from trtllm_replayssm.config import DTYPE_CODES, READ_FORMAT_CODES
 
 SNAPSHOT, REPLAY = 0, 1  # rssm_gdn_mode: CONVENTIONAL (the snapshot path), REPLAY
 
@@ -27,13 +27,16 @@ class GdnVerifyParams(ctypes.Structure):
     _fields_ += [(n, _ptr) for n in ("state", "ring_u", "ring_k", "ring_g", "cursor", "snapshots", "slot_idx",
                                      "q", "k", "v", "g", "beta", "y")]
     _fields_ += [(f"{n}_{d}_stride", _i64) for n, dims in _STRIDES for d in dims]
+    _fields_ += [("read_format", _i32), ("read_state", _ptr), ("read_scale", _ptr)]
 
 
 def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1, *, ring_u=None, ring_k=None,
-                ring_g=None, cursor=None, buffer_len=0, snapshots=None) -> GdnVerifyParams:
+                ring_g=None, cursor=None, buffer_len=0, snapshots=None, read_format="none", read_state=None,
+                read_scale=None) -> GdnVerifyParams:
     """The params of one verify. state [slots, HV, V, K] (the pool's checkpoint in replay); q, k [b, T, H, K]
     prepared, v, y [b, T, HV, V] (act dtype); g, beta [b, T, HV] fp32, heads contiguous; strides are taken from the
-    tensors (in elements)."""
+    tensors (in elements). read_format (a key of READ_FORMAT_CODES) with its buffers read_state / read_scale (replay
+    only; the pool's buffers of the same names): y reads the copy for S0 q, folding rows rewrite it."""
     p = GdnVerifyParams()
     p.batch, p.window, p.num_k_heads, p.head_k_dim = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
     p.num_v_heads, p.head_v_dim = v.shape[2], v.shape[3]
@@ -41,8 +44,10 @@ def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1,
     p.state_dtype, p.act_dtype = DTYPE_CODES[state.dtype], DTYPE_CODES[v.dtype]
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "y": y}
     for name, t in (("state", state), ("ring_u", ring_u), ("ring_k", ring_k), ("ring_g", ring_g),
-                    ("cursor", cursor), ("snapshots", snapshots), ("slot_idx", slot_idx), *tensors.items()):
+                    ("cursor", cursor), ("snapshots", snapshots), ("slot_idx", slot_idx), *tensors.items(),
+                    ("read_state", read_state), ("read_scale", read_scale)):
         setattr(p, name, None if t is None else t.data_ptr())
+    p.read_format = READ_FORMAT_CODES[read_format]
     for name, dims in _STRIDES:
         for d, s in zip(dims, tensors[name].stride()):
             setattr(p, f"{name}_{d}_stride", s)

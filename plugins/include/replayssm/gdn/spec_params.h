@@ -59,6 +59,14 @@ typedef struct rssm_gdn_verify_params {
   int64_t g_batch_stride, g_token_stride;
   int64_t beta_batch_stride, beta_token_stride;
   int64_t y_batch_stride, y_token_stride, y_head_stride;
+
+  // ---- read copy (replay verify only; rssm_read_format; all zero: no copy). y reads the copy for S0 q instead
+  //      of the checkpoint; S0 k (the correction u) reads the checkpoint; a folding row (h + 2T > L, h > 0) stores
+  //      the checkpoint and rewrites the copy from the same fp32 values. Compiled: an fp32 checkpoint with
+  //      fp16 / bf16 activations, copy fp16, bf16 or fp8 (not nvfp4) ----
+  int32_t read_format;  // rssm_read_format; RSSM_READ_NONE: the fields below are ignored
+  void* read_state;     // [num_slots, HV, V, K] fp16 / bf16 / fp8 e4m3; 16-byte aligned. WRITTEN: folding rows
+  float* read_scale;    // fp8: [num_slots, HV, V] fp32, amax of the row / 448; 4-byte aligned. WRITTEN: folding rows
 } rssm_gdn_verify_params;
 
 #ifdef __cplusplus

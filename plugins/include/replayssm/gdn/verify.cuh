@@ -53,16 +53,43 @@
 //
 // Window sizes: T is a runtime value (2..8); the kernel is compiled for TM = 2, 4, 8 tokens and a window of T
 // runs the smallest TM >= T with the surplus tokens masked (their k and q are zero and nothing of them is used).
+//
+// Read copies (CopyT = __half, __nv_bfloat16 or __nv_fp8_e4m3 with an fp32 checkpoint and 16-bit activations;
+// void: none), as the decode kernel (gdn/decode.cuh): only the output read uses the copy. y_i needs S0 q_i, which
+// reads the copy, while S0 k_i feeds the correction u_i, which enters the ring and, at the fold, the checkpoint: it
+// reads the checkpoint, so checkpoint, rings and cursors are the same whatever the copy (spec_reference.py: S0_read
+// for y, S0 for u and the fold). The copy keeps the checkpoint's layout [slots, HV, V, K] and this kernel's thread
+// mapping (VerifyTiling<StateT, K>): a thread's copy vectors are its checkpoint vectors narrowed (8 or 4 bytes
+// instead of 16), so the fold writes exactly the copy elements the same thread reads in a later step.
+//   - Each thread loads its copy vectors into registers at the start of the unit (fp8: and the scales of the rows
+//     whose sums the lane keeps), not one unit ahead as the checkpoint tile: they are live only until the products.
+//   - Tensor cores: the A fragments of the S0 k_i products are the checkpoint's (tf32-rounded), those of S0 q_i the
+//     copy's (16-bit values and fp8 codes are exact in tf32). The vectors are staged twice as B fragments, the k_i
+//     alone (q_i zero) and the q_i alone (k_i zero): an n-tile holding both kinds (TM = 2, 4) takes two MMAs, one
+//     per kind, into two accumulators (a lane then keeps, of each, the sums of its own kind: the k_i sums never
+//     see a copy value, not even an fp16 copy's inf times a zero k_i); at TM = 8 tile 0 holds the k_i, tile 1
+//     the q_i, one MMA each as without a copy. FMA path: each vector's products take the checkpoint's or the
+//     copy's values (known at compile time: a pass's vectors are unrolled).
+//   - fp8: S0 q_i = scale_row (codes · q_i), the row scale applied to the lane's sums of q_i (a lane's run holds
+//     tokens of one kind of one row), before the history terms.
+//   - The fold (rows with h + 2T > L, so h > 0 as L >= 2T) stores the checkpoint as without a copy and then the
+//     copy, quantised from the same fp32 registers row by row (common/read_copy.cuh store_read_copy_row: fp16 /
+//     bf16 nearest even; fp8 the row's amax across the W lanes holding it, scale = max(amax * (1/448), FLT_MIN),
+//     code = e4m3_satfinite(v / scale), as quant.quantize_state).
+// The copy adds its read to the checkpoint's (both are needed): it exists for the format's sake, not for bandwidth.
+// nvfp4 copies are not read here (validation refuses them).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/mma.cuh"
 #include "replayssm/common/multi_reduce.cuh"
+#include "replayssm/common/read_copy.cuh"
 #include "replayssm/gdn/snapshot.cuh"
 #include "replayssm/gdn/spec_params.h"
 
@@ -85,6 +112,9 @@ struct VerifyTiling {
   static constexpr int RW = G * R;
   static constexpr int VEC = 16 / sizeof(StateT);
   static constexpr int NC = C / VEC;
+  // A row's vectors at a lane as common/read_copy.cuh names them (store_read_copy_row): NV chunks of VEC, LPR
+  // lanes per row.
+  static constexpr int NV = NC, LPR = W;
   static_assert(K % C == 0 && W >= 2 && W <= 8, "head_k_dim must be 64, 128 or 256");
 };
 
@@ -159,12 +189,13 @@ struct VerifyPlan {
   int bytes;
 };
 
-inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_bytes, bool mma) {
+// frag_sets: 2 with a read copy on the tensor-core path (the k_i alone, the q_i alone), else 1.
+inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_bytes, bool mma, int frag_sets = 1) {
   VerifyPlan s{};
   const int rows = warps * RW, NV = 2 * TM;
   SmemBump bump;  // consecutive 16-byte-aligned regions
   s.vecs = bump.take(NV * K * 4);
-  s.frag = bump.take(mma ? round_up(NV, 8) * K * 4 : 0);
+  s.frag = bump.take(mma ? frag_sets * round_up(NV, 8) * K * 4 : 0);
   s.ring_k = bump.take(L * K * act_bytes);
   s.prod = bump.take((L + TM) * NV * 4);
   s.xch = bump.take(warps * RW * (NV + 4) * 4);
@@ -183,7 +214,38 @@ inline VerifyPlan verify_plan(int L, int K, int TM, int warps, int RW, int act_b
   return s;
 }
 
-template <typename StateT, typename ActT, int K, int TM>
+// A thread's vector of 4 copy elements (the copy of an fp32 checkpoint's 16-byte vector) as the integer word(s)
+// it is loaded into, and their widening to fp32 (exact: fp16 / bf16 values and fp8 codes are fp32 values).
+// Integer words and explicit conversions rather than Packed<CopyT, 4> and to_float: ptxas then keeps the copy in
+// fewer registers (the fp8 and bf16 variants spilled several times more with the element arrays).
+template <typename CopyT>
+using CopyWord = std::conditional_t<sizeof(CopyT) == 1, uint32_t, uint2>;
+
+template <typename CopyT>
+__device__ __forceinline__ void widen_copy(uint2 w, float (&x)[4]) {
+  if constexpr (std::is_same_v<CopyT, __nv_bfloat16>) {
+    x[0] = __uint_as_float(w.x << 16);
+    x[1] = __uint_as_float(w.x & 0xffff0000u);
+    x[2] = __uint_as_float(w.y << 16);
+    x[3] = __uint_as_float(w.y & 0xffff0000u);
+  } else {
+    static_assert(std::is_same_v<CopyT, __half>, "16-bit copies are fp16 or bf16");
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+  }
+}
+
+template <typename CopyT>
+__device__ __forceinline__ void widen_copy(uint32_t w, float (&x)[4]) {
+  static_assert(std::is_same_v<CopyT, __nv_fp8_e4m3>, "8-bit copies are fp8 e4m3");
+  __nv_fp8x4_e4m3 codes;
+  codes.__x = w;
+  const float4 v = static_cast<float4>(codes);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+
+template <typename StateT, typename ActT, int K, int TM, typename CopyT>
 __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     verify_kernel(const __grid_constant__ rssm_gdn_verify_params p, const VerifyShape shape, const VerifyPlan sp) {
   using Tl = VerifyTiling<StateT, K>;
@@ -198,6 +260,11 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
   // fragment); FMA path: one row, a run of NRES vectors per pass.
   constexpr int LR = kMma ? 2 : 1, RUNS = kMma ? NT : NPASS, RLEN = kMma ? 2 : NRES;
   constexpr unsigned kFull = 0xffffffffu;
+  constexpr bool kCopy = !std::is_void_v<CopyT>;                    // a read copy: S0 q_i reads it
+  constexpr bool kRowScale = std::is_same_v<CopyT, __nv_fp8_e4m3>;  // ... with a scale per state row
+  using CT = std::conditional_t<kCopy, CopyT, StateT>;              // the copy's element type (StateT: unused)
+  static_assert(!kCopy || (std::is_same_v<StateT, float> && VEC == 4 && sizeof(ActT) == 2),
+                "read copies of an fp32 checkpoint (vectors of 4), with 16-bit activations");
 
   extern __shared__ __align__(16) char smem[];
   const int T = p.window, L = p.buffer_len, HV = p.num_v_heads, H = p.num_k_heads, V = p.head_v_dim;
@@ -224,6 +291,8 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
   float* const ring_g_blk = p.ring_g + sh0 * ldg;
   int32_t* const cursor_blk = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   ActT* const ring_k_row = static_cast<ActT*>(p.ring_k) + (static_cast<int64_t>(slot) * H + kh) * L * K;
+  CT* const read_blk = kCopy ? static_cast<CT*>(p.read_state) + sh0 * V * K : nullptr;
+  float* const read_scale_blk = kRowScale ? p.read_scale + sh0 * V : nullptr;
 
   // What a unit needs from HBM before it can start, loaded one unit ahead (the next unit's loads are in flight
   // while this one finishes): this thread's part of the checkpoint tile (rows warp * RW + rho * G + gw), the
@@ -280,13 +349,17 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     // Tensor-core path: the vectors as tf32 B fragments, in the order the lanes read them (one conflict-free
     // 16-byte load per lane). Entry (nt, c, piece, lane l = 4 g + t) holds vector nt 8 + g at the 4 columns
     // (c W + t) VEC + 4 piece .. + 3: the columns lane l holds of its own state rows (see the products below).
+    // With a read copy, set 0 holds the k_i alone and set 1 the q_i alone (the other kind zero), at i + set NT
+    // n-tiles.
     if constexpr (kMma) {
+      constexpr int SETS = kCopy ? 2 : 1;
       uint4* const fb = reinterpret_cast<uint4*>(smem + sp.frag);
-      for (int i = threadIdx.x; i < NT * NC * Q * 32; i += blockDim.x) {
-        const int ln = i % 32, piece = (i / 32) % Q, c = (i / (32 * Q)) % NC, nt = i / (32 * Q * NC);
+      for (int i = threadIdx.x; i < SETS * NT * NC * Q * 32; i += blockDim.x) {
+        const int ln = i % 32, piece = (i / 32) % Q, c = (i / (32 * Q)) % NC, nts = i / (32 * Q * NC);
+        const int nt = kCopy ? nts % NT : nts, set = kCopy ? nts / NT : 0;
         const int n = nt * 8 + ln / 4, col = (c * W + ln % 4) * VEC + piece * 4;
         float x[4] = {0.f, 0.f, 0.f, 0.f};
-        if (n < NV) load_vec<float, 4>(vecs + n * K + col, x);
+        if (n < NV && (!kCopy || (n >= TM) == (set == 1))) load_vec<float, 4>(vecs + n * K + col, x);
         fb[i] = make_uint4(to_tf32(x[0]), to_tf32(x[1]), to_tf32(x[2]), to_tf32(x[3]));
       }
     }
@@ -339,6 +412,23 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     const int origin = ((ahead.cur.y % L) + L) % L;
     const bool flush = hist + 2 * T > L;
     const bool fold = flush && hist > 0;
+
+    // Read copy: the thread's copy vectors (the elements of raw, narrowed) and, fp8, the scales of the rows whose
+    // sums the lane keeps, loaded here rather than one unit ahead: they are live only until the products.
+    CopyWord<CT> craw[kCopy ? R : 1][NC];
+    float rsc[LR];
+    if constexpr (kCopy) {
+      const CT* csrc = read_blk + static_cast<int64_t>(uu) * TR * K + thread_off;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+          craw[r][c] = __ldcs(reinterpret_cast<const CopyWord<CT>*>(csrc + r * G * K + c * W * VEC));
+    }
+    if constexpr (kRowScale) {
+#pragma unroll
+      for (int rr = 0; rr < LR; ++rr) rsc[rr] = read_scale_blk[uu * TR + warp * RW + run_row(rr)];
+    }
 
     // The history's u records and the tokens' v of the tile rows (asynchronous, waited for before the barrier).
     {
@@ -422,6 +512,16 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      // Read copy: an n-tile holding both kinds (TM = 2, 4) accumulates its copy MMAs apart (accq), so that the
+      // S0 k_i sums never see a copy value, not even as inf * 0; a tile of q_i only accumulates in acc.
+      constexpr bool kMixed = kCopy && TM < 8;
+      float accq[kMixed ? NT : 1][4];
+      if constexpr (kMixed) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) accq[nt][e] = 0.f;
+      }
       const uint4* const fb = reinterpret_cast<const uint4*>(smem + sp.frag) + lane;
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
@@ -430,18 +530,49 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
         for (int r = 0; r < R; ++r) unpack<StateT, VEC>(raw[r][c], x[r]);
         // A 16-bit state is already a tf32 value as fp32; an fp32 state is rounded.
         auto tf32 = [](float v) { return sizeof(StateT) == 2 ? __float_as_uint(v) : to_tf32(v); };
+        if constexpr (kCopy) {
+          // The k_i against the checkpoint (B set 0), the q_i against the copy (B set 1; its values, fp8 codes
+          // included, are tf32 values as fp32); an n-tile without vectors of a kind skips that kind's MMA.
+          float xc[R][VEC];
 #pragma unroll
-        for (int piece = 0; piece < Q; ++piece) {
-          uint4 bv[NT];
+          for (int r = 0; r < R; ++r) widen_copy<CT>(craw[r][c], xc[r]);
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) bv[nt] = fb[((nt * NC + c) * Q + piece) * 32];
+          for (int piece = 0; piece < Q; ++piece) {
+            uint4 bk[NT], bq[NT];
 #pragma unroll
-          for (int pr = 0; pr < 2; ++pr) {
-            const int e = piece * 4 + 2 * pr;
-            const uint32_t a[4] = {tf32(x[0][e]), tf32(x[1][e]), tf32(x[0][e + 1]), tf32(x[1][e + 1])};
+            for (int nt = 0; nt < NT; ++nt) {
+              if (nt * 8 < TM) bk[nt] = fb[((nt * NC + c) * Q + piece) * 32];
+              if (nt * 8 + 8 > TM) bq[nt] = fb[(((NT + nt) * NC + c) * Q + piece) * 32];
+            }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-              mma_tf32_m16n8k8(acc[nt], a, pr ? bv[nt].z : bv[nt].x, pr ? bv[nt].w : bv[nt].y);
+            for (int pr = 0; pr < 2; ++pr) {
+              const int e = piece * 4 + 2 * pr;
+              const uint32_t a[4] = {tf32(x[0][e]), tf32(x[1][e]), tf32(x[0][e + 1]), tf32(x[1][e + 1])};
+              const uint32_t ac[4] = {__float_as_uint(xc[0][e]), __float_as_uint(xc[1][e]),
+                                      __float_as_uint(xc[0][e + 1]), __float_as_uint(xc[1][e + 1])};
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                if (nt * 8 < TM) mma_tf32_m16n8k8(acc[nt], a, pr ? bk[nt].z : bk[nt].x, pr ? bk[nt].w : bk[nt].y);
+                if (nt * 8 + 8 > TM)
+                  mma_tf32_m16n8k8(kMixed && nt * 8 < TM ? accq[nt] : acc[nt], ac, pr ? bq[nt].z : bq[nt].x,
+                                   pr ? bq[nt].w : bq[nt].y);
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int piece = 0; piece < Q; ++piece) {
+            uint4 bv[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) bv[nt] = fb[((nt * NC + c) * Q + piece) * 32];
+#pragma unroll
+            for (int pr = 0; pr < 2; ++pr) {
+              const int e = piece * 4 + 2 * pr;
+              const uint32_t a[4] = {tf32(x[0][e]), tf32(x[1][e]), tf32(x[0][e + 1]), tf32(x[1][e + 1])};
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+                mma_tf32_m16n8k8(acc[nt], a, pr ? bv[nt].z : bv[nt].x, pr ? bv[nt].w : bv[nt].y);
+            }
           }
         }
       }
@@ -451,6 +582,17 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
         if (v0 < NV) {  // TM = 2: lanes w = 2, 3 hold the zero half of the tile
 #pragma unroll
           for (int rr = 0; rr < LR; ++rr) {
+            if constexpr (kMixed) {  // the lane's vectors are q_i: their sums are in accq
+              if (v0 >= TM) {
+                acc[nt][2 * rr] = accq[nt][2 * rr];
+                acc[nt][2 * rr + 1] = accq[nt][2 * rr + 1];
+              }
+            }
+            if constexpr (kRowScale) {  // sums of q_i read fp8 codes: the row's scale
+              const float sc = v0 >= TM ? rsc[rr] : 1.f;
+              acc[nt][2 * rr] *= sc;
+              acc[nt][2 * rr + 1] *= sc;
+            }
             xw[run_row(rr) * XS + v0] = acc[nt][2 * rr];
             xw[run_row(rr) * XS + v0 + 1] = acc[nt][2 * rr + 1];
           }
@@ -468,18 +610,30 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
           float x[R][VEC];
 #pragma unroll
           for (int r = 0; r < R; ++r) unpack<StateT, VEC>(raw[r][c], x[r]);
+          float xc[R][VEC];  // read copy: the same elements from the copy (fp8: codes)
+          if constexpr (kCopy) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) widen_copy<CT>(craw[r][c], xc[r]);
+          }
           const float* vc = vecs + ps * VP * K + (c * W + w) * VEC;
 #pragma unroll
           for (int vp = 0; vp < VP; ++vp) {
             float vv[VEC];
             load_vec<float, VEC>(vc + vp * K, vv);
+            // k_i against the checkpoint, q_i (vectors TM..) against the copy: known per unrolled vector
+            const float(&xs)[R][VEC] = kCopy && ps * VP + vp >= TM ? xc : x;
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
-              for (int e = 0; e < VEC; ++e) acc[r * VP + vp] = fmaf(x[r][e], vv[e], acc[r * VP + vp]);
+              for (int e = 0; e < VEC; ++e) acc[r * VP + vp] = fmaf(xs[r][e], vv[e], acc[r * VP + vp]);
           }
         }
         multi_reduce_scatter<M, W>(acc);
+        if constexpr (kRowScale) {  // a run of q_i read fp8 codes: the row's scale
+          if (run_vec(ps) >= TM)
+#pragma unroll
+            for (int l = 0; l < NRES; ++l) acc[l] *= rsc[0];
+        }
 #pragma unroll
         for (int l = 0; l < NRES; ++l) xw[run_row(0) * XS + run_vec(ps) + l] = acc[l];
       }
@@ -488,7 +642,8 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
     cp_async_wait_group<0>();
     __syncthreads();  // the unit's records, v and coefficients are visible to the block
 
-    // ---- Flush rows with history: fold the committed records into the checkpoint tile and store it.
+    // ---- Flush rows with history: fold the committed records into the checkpoint tile and store it (and the
+    // copy rewritten from it).
     if (fold) {
       const float abar_f = wf[L];
       StateT* dst = state_blk + static_cast<int64_t>(uu) * TR * K + thread_off;
@@ -516,6 +671,10 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
 #pragma unroll
         for (int c = 0; c < NC; ++c)
           store_stream(dst + r * G * K + c * W * VEC, pack<StateT, VEC>(x[c]));  // WRITES state[slot, hv, rows]
+        // WRITES read_state (and fp8 read_scale) of the row: the copy of the values just stored.
+        if constexpr (kCopy)
+          store_read_copy_row<CopyT, Tl>(x, read_blk + (static_cast<int64_t>(uu) * TR * K + thread_off + r * G * K),
+                                         kRowScale ? read_scale_blk + uu * TR + row_t : nullptr, w);
       }
     }
 
@@ -611,16 +770,16 @@ __global__ void __launch_bounds__(kVerifyWarps * 32, 2)
 }
 
 // Host launch of the replay verify for one compiled window TM >= T; params already validated.
-template <typename StateT, typename ActT, int K, int TM>
+template <typename StateT, typename ActT, int K, int TM, typename CopyT>
 cudaError_t launch_verify_window(const rssm_gdn_verify_params& p, cudaStream_t stream) {
   using Tl = VerifyTiling<StateT, K>;
   int sms = 0;
   cudaError_t err = device_sms(sms);
   if (err != cudaSuccess) return err;
   const VerifyShape shape = verify_shape(p.head_v_dim, Tl::RW, p.num_v_heads, p.num_k_heads, p.batch, sms);
-  const VerifyPlan sp =
-      verify_plan(p.buffer_len, K, TM, shape.warps, Tl::RW, sizeof(ActT), VerifyMma<StateT, ActT, K, TM>::on);
-  auto kernel = verify_kernel<StateT, ActT, K, TM>;
+  const VerifyPlan sp = verify_plan(p.buffer_len, K, TM, shape.warps, Tl::RW, sizeof(ActT),
+                                    VerifyMma<StateT, ActT, K, TM>::on, std::is_void_v<CopyT> ? 1 : 2);
+  auto kernel = verify_kernel<StateT, ActT, K, TM, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
   if (needs_smem_opt_in(sp.bytes, overhead)) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.bytes);
@@ -631,15 +790,18 @@ cudaError_t launch_verify_window(const rssm_gdn_verify_params& p, cudaStream_t s
   return cudaGetLastError();
 }
 
-// Host launch for one (state dtype, activation dtype, head_k_dim) specialisation; params already validated.
-// p.mode picks the replay verify (window T on the smallest compiled TM >= T) or the snapshot path.
-template <typename StateT, typename ActT, int K>
+// Host launch for one (state dtype, activation dtype, head_k_dim, read copy) specialisation; params already
+// validated. CopyT void: no read copy, p.mode picks the replay verify (window T on the smallest compiled TM >= T)
+// or the snapshot path; otherwise replay verify only (validation refuses a copy on the snapshot path).
+template <typename StateT, typename ActT, int K, typename CopyT>
 cudaError_t launch_verify(const rssm_gdn_verify_params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
-  if (p.mode != RSSM_GDN_REPLAY) return launch_snapshot<StateT, ActT, K>(p, stream);
-  if (p.window <= 2) return launch_verify_window<StateT, ActT, K, 2>(p, stream);
-  if (p.window <= 4) return launch_verify_window<StateT, ActT, K, 4>(p, stream);
-  return launch_verify_window<StateT, ActT, K, 8>(p, stream);
+  if constexpr (std::is_void_v<CopyT>) {
+    if (p.mode != RSSM_GDN_REPLAY) return launch_snapshot<StateT, ActT, K>(p, stream);
+  }
+  if (p.window <= 2) return launch_verify_window<StateT, ActT, K, 2, CopyT>(p, stream);
+  if (p.window <= 4) return launch_verify_window<StateT, ActT, K, 4, CopyT>(p, stream);
+  return launch_verify_window<StateT, ActT, K, 8, CopyT>(p, stream);
 }
 
 }  // namespace gdn

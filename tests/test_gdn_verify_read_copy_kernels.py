@@ -1,0 +1,211 @@
+"""GPU tests of the Gated DeltaNet ReplaySSM verify kernel with a read copy (fp16 / bf16 / fp8 per row, fp32
+checkpoint) against the PyTorch reference (ops/gdn/spec_reference.py) and the reference quantiser
+(trtllm_replayssm/quant.py).
+
+What must hold, and how exactly:
+- The copy never feeds the recurrence: only y_i reads it (S0_read q_i), while S0 k_i (the correction u_i, which
+  enters the ring and, at the fold, the checkpoint) reads the checkpoint. After verify + commit steps the
+  checkpoint, rings and cursors are bit-identical to the kernel run without a copy, whatever the read format.
+- A folding row (h > 0 and h + 2T > L) writes the copy the reference quantiser makes from the folded fp32 values,
+  which are the stored fp32 checkpoint: quantize_state(checkpoint) equals the copy bit for bit (fp8: codes and row
+  scales). Other rows leave checkpoint and copy bit-identical.
+- Outputs: kernel and reference read the same copy (the reference pool's copy is synchronised to the kernel's after
+  each step, so that a fold's rounding-boundary differences in S0, which may move a code of the copy, do not reach
+  later steps). fp16 / bf16 copies widen to fp32 exactly, and so do fp8 codes (the kernel applies the row scale
+  after the dot product, the reference multiplies first: one fp32 rounding). On the tensor-core path (K = 128) the
+  copy's values are exact in tf32, so S0 q_i rounds nothing the checkpoint path would not. y therefore differs from
+  the reference as without a copy: the tolerance table of tests/test_gdn_spec_kernels.py applies unchanged.
+"""
+
+import pytest
+import torch
+
+from conftest import poisoned
+from gdn_spec_cases import spec_pool, window_inputs
+from mamba2_cases import rel_err, slot_map
+from read_copy_checks import buffer_bytes, check_slots_after_step, sync_copies
+from test_gdn_spec_kernels import PREPARED, _has_spec_kernels, tol
+from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
+from trtllm_replayssm.ops.gdn import replay_verify
+from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference
+from trtllm_replayssm.ops.slots import commit_reference, spec_commit
+from trtllm_replayssm.quant import quantize_state
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not _has_spec_kernels(), reason="kernel library built without the GDN verify kernels")]
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+DEV = torch.device("cuda")
+FORMATS = ["fp16", "bf16", "fp8"]  # the verify kernel's copies of an fp32 checkpoint (capi/gdn_verify_dispatch.cu)
+RECURRENCE = ("checkpoint", "ring_u", "ring_k", "ring_g", "cursor")
+BASE = (2, 4, 128, 128)  # H, HV, K, V: the tensor-core path
+
+
+def _id(v):
+    if isinstance(v, torch.dtype):
+        return dtype_name(v)
+    if isinstance(v, tuple) and len(v) == 4:
+        return "H{}-HV{}-K{}-V{}".format(*v)
+    return None
+
+
+def copy_pool(shape, num_slots, cfg, T):
+    """spec_pool (histories 0 .. L-T, any origin) whose read copies hold the quantised checkpoints, as reset_slot
+    leaves them."""
+    pool = spec_pool(shape, num_slots, cfg, T, DEV)
+    for s in range(num_slots):
+        pool.write_read_copy(s, pool.checkpoint[s])
+    return pool
+
+
+def spread_histories(pool, T):
+    """Histories spread evenly over 0 .. L-T by slot (both ends included: windows from the checkpoint to the ring's
+    last one, the upper ones folding at once), origins random."""
+    n, L = pool.num_slots, pool.buffer_len
+    pool.set_cursor(slice(None), torch.linspace(0, L - T, n, device=DEV).round().to(torch.int32),
+                    torch.randint(0, L, (n,), device=DEV, dtype=torch.int32))
+
+
+def check_copy_matches_quantiser(pool, s, fmt, where):
+    """The copy of slot s equals quantize_state of its stored fp32 checkpoint, bit for bit."""
+    for name, part in quantize_state(pool.checkpoint[s].float(), fmt).items():
+        assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(part)), f"{where}: {name} of slot {s}"
+
+
+def run_against_reference(fmt, act_dtype, dims, T, L, batch, num_slots, steps):
+    """`steps` verify + commit steps from histories spread over 0 .. L-T (rows at every ring position), shuffled
+    slots, a padding row, poisoned outputs: y follows the reference reading the same copy; cursors and k, g records
+    are exact; folding rows write the quantiser's copy of the stored checkpoint; other rows leave checkpoint and
+    copy bit-identical; unused slots are untouched. Returns the number of folding rows seen."""
+    shape = GdnLayerShape(*dims)
+    pool = copy_pool(shape, num_slots, ReplayConfig(L, F32, act_dtype, fmt), T)
+    spread_histories(pool, T)
+    ref = pool.clone()
+    folds = 0
+
+    def folding(h):
+        return h > 0 and h + 2 * T > L
+
+    for step in range(steps):
+        slots = slot_map(batch, num_slots, n_pad=min(1, batch - 1), device=DEV)
+        q, k, v, g, beta = window_inputs(shape, batch, T, act_dtype, DEV)
+        before = pool.clone()
+        out = poisoned(v.shape, act_dtype, DEV)
+        replay_verify(pool, q, k, v, g, beta, slot_idx=slots, out=out, **PREPARED)
+        y_ref = replay_verify_reference(ref, q, k, v, g, beta, slots)
+        torch.cuda.synchronize()
+        live = slots >= 0
+        assert not torch.isnan(out[live]).any(), f"step {step}: output not fully written"
+        assert torch.isnan(out[~live]).all(), f"step {step}: padded row written"
+        assert rel_err(out[live], y_ref[live]) < tol(F32, act_dtype), f"step {step}: y off the reference"
+        assert torch.equal(pool.cursor, ref.cursor), f"step {step}: cursors differ after verify"
+        assert torch.equal(pool.ring_k, ref.ring_k), f"step {step}: ring k records differ"
+        assert torch.equal(pool.ring_g, ref.ring_g), f"step {step}: ring g records differ"
+        assert rel_err(pool.ring_u, ref.ring_u) < tol(F32, act_dtype), f"step {step}: ring u records differ"
+        assert rel_err(pool.checkpoint, ref.checkpoint) < tol(F32, act_dtype), f"step {step}: checkpoint differs"
+        check_slots_after_step(pool, before, slots, L,
+                               lambda s: check_copy_matches_quantiser(pool, s, fmt, f"step {step}"), f"step {step}",
+                               flushes=folding)
+        hist_before = before.history()
+        folds += sum(folding(int(hist_before[s])) for s in set(slots[live].tolist()))
+        sync_copies(ref, pool)
+        accepted = torch.randint(1, T + 1, (batch,), dtype=torch.int32, device=DEV)
+        spec_commit(pool, accepted, slot_idx=slots, window=T)
+        commit_reference(ref, accepted, slot_idx=slots)
+        assert torch.equal(pool.cursor, ref.cursor), f"step {step}: cursors differ after commit"
+    return folds
+
+
+# Every format with both activation dtypes over the windows T = 2, 4, 8 and rings L = 16, 24 on the model's head
+# shape (K = V = 128, tensor cores); then the FMA path (K = 64, 256), V = 64 / 256, and odd windows (masked tokens).
+CASES = [(fmt, (F16, BF16)[n % 2], BASE, T, L)
+         for n, (fmt, (T, L)) in enumerate((f, w) for f in FORMATS
+                                           for w in ((2, 16), (4, 16), (8, 16), (2, 24), (4, 24), (8, 24)))]
+CASES += [("fp8", BF16, (1, 2, 64, 64), 3, 16), ("fp16", BF16, (2, 8, 256, 128), 4, 24),
+          ("bf16", F16, (1, 4, 64, 256), 8, 16), ("fp8", F16, (2, 4, 256, 64), 5, 24),
+          ("fp8", BF16, (2, 4, 256, 256), 8, 24), ("bf16", BF16, BASE, 7, 16)]
+
+
+@pytest.mark.parametrize("fmt, act_dtype, dims, T, L", CASES, ids=_id)
+def test_verify_read_copy_matches_reference(fmt, act_dtype, dims, T, L):
+    folds = run_against_reference(fmt, act_dtype, dims, T, L, batch=8, num_slots=9, steps=3 * L // T + 3)
+    assert folds >= 1, "no fold: the case does not exercise the copy's rewrite"
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "fp8"])
+@pytest.mark.parametrize("batch", [1, 2, 37, 300])
+def test_verify_read_copy_across_launch_shapes(fmt, batch):
+    """Batches from 1 (heads split into tiles, one unit per block) to 300 (several units per block, the next unit's
+    checkpoint tile loaded ahead): each unit reads its own copy vectors and fp8 row scales."""
+    run_against_reference(fmt, BF16, BASE, 4, 16, batch=batch, num_slots=batch + 3, steps=6)
+
+
+@pytest.mark.parametrize("act_dtype", [F16, BF16], ids=_id)
+@pytest.mark.parametrize("dims", [BASE, (2, 4, 64, 128), (1, 2, 256, 64)], ids=_id)
+@pytest.mark.parametrize("T, L", [(2, 16), (4, 24), (8, 16)])
+def test_verify_recurrence_identical_whatever_the_read_format(act_dtype, dims, T, L):
+    """The copy never feeds the recurrence: verify + commit steps with the same inputs and accepted counts (several
+    folds per slot) leave checkpoint, rings and cursors bit-identical to the kernel run without a copy."""
+    shape = GdnLayerShape(*dims)
+    base = spec_pool(shape, 8, ReplayConfig(L, F32, act_dtype), T, DEV)
+    spread_histories(base, T)
+    pools = {}
+    for f in ["none"] + FORMATS:
+        pools[f] = copy_pool(shape, 8, ReplayConfig(L, F32, act_dtype, f), T)
+        for name in RECURRENCE:
+            pools[f].buffers[name].copy_(base.buffers[name])
+        for s in range(8):
+            pools[f].write_read_copy(s, pools[f].checkpoint[s])
+    ys = {f: [] for f in pools}
+    for _ in range(3 * L // T + 3):
+        slots = slot_map(7, 8, n_pad=1, device=DEV)
+        q, k, v, g, beta = window_inputs(shape, 7, T, act_dtype, DEV)
+        accepted = torch.randint(1, T + 1, (7,), dtype=torch.int32, device=DEV)
+        for f, p in pools.items():
+            y = replay_verify(p, q, k, v, g, beta, slot_idx=slots, **PREPARED)
+            ys[f].append(y[slots >= 0])
+            spec_commit(p, accepted, slot_idx=slots, window=T)
+    torch.cuda.synchronize()
+    for f in FORMATS:
+        for name in RECURRENCE:
+            assert torch.equal(buffer_bytes(pools[f].buffers[name]), buffer_bytes(pools["none"].buffers[name])), \
+                f"{f}: {name}"
+        # y differs by the copy's rounding only: bounded, and not identical (the copy is read).
+        err = max(rel_err(a, b) for a, b in zip(ys[f], ys["none"]))
+        assert 0 < err < 0.2, f"{f}: y off the no-copy run by {err}"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dims, T", [(BASE, 4), ((1, 2, 64, 64), 2), ((2, 4, 256, 128), 8), (BASE, 8)], ids=_id)
+def test_verify_fold_writes_the_quantiser_copy(fmt, dims, T):
+    """Every live row folds (history L-T > 0, so h + 2T > L), over copies of other states: the copy equals
+    quantize_state of the stored checkpoint bit for bit; the checkpoint, rings and cursors equal the no-copy
+    kernel's bit for bit (the fold reads the checkpoint, never the copy); y follows the reference reading the old
+    copy; padding rows and unused slots keep their copy and checkpoint."""
+    L = 2 * T + 2
+    shape = GdnLayerShape(*dims)
+    pool = copy_pool(shape, 6, ReplayConfig(L, F32, BF16, fmt), T)
+    for s in range(6):  # copies of unrelated states: the fold must overwrite every element and scale
+        pool.write_read_copy(s, torch.randn_like(pool.checkpoint[s]) * 3)
+    pool.set_cursor(slice(None), L - T, torch.randint(0, L, (6,), device=DEV, dtype=torch.int32))
+    plain = spec_pool(shape, 6, ReplayConfig(L, F32, BF16), T, DEV)
+    for name in RECURRENCE:
+        plain.buffers[name].copy_(pool.buffers[name])
+    ref = pool.clone()
+    before = pool.clone()
+    slots = slot_map(5, 6, n_pad=1, device=DEV)
+    q, k, v, g, beta = window_inputs(shape, 5, T, BF16, DEV)
+    out = poisoned(v.shape, BF16, DEV)
+    replay_verify(pool, q, k, v, g, beta, slot_idx=slots, out=out, **PREPARED)
+    replay_verify(plain, q, k, v, g, beta, slot_idx=slots, **PREPARED)
+    y_ref = replay_verify_reference(ref, q, k, v, g, beta, slots)
+    torch.cuda.synchronize()
+    live = slots >= 0
+    assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), "y coverage"
+    assert rel_err(out[live], y_ref[live]) < tol(F32, BF16), "y off the reference reading the old copy"
+    for name in RECURRENCE:
+        assert torch.equal(buffer_bytes(pool.buffers[name]), buffer_bytes(plain.buffers[name])), \
+            f"{name} differs from no copy"
+    assert (pool.history()[slots[live].long().cpu()] == 0).all(), "a folding row kept its history"
+    check_slots_after_step(pool, before, slots, L, lambda s: check_copy_matches_quantiser(pool, s, fmt, "fold"),
+                           "fold", flushes=lambda h: h > 0 and h + 2 * T > L)
