@@ -16,6 +16,7 @@ from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, GDN_KERNEL_READ
                                      Mamba2LayerShape, ReplayConfig, dtype_name)
 from trtllm_replayssm.ops.gdn import check_kernel_read_copy
 from trtllm_replayssm.ops.gdn import kernels as gdn_kernels
+from trtllm_replayssm.ops.gdn import spec_kernels as gdn_spec_kernels
 from trtllm_replayssm.ops.mamba2 import conventional_decode, kernels, replay_decode, spec_kernels
 from trtllm_replayssm.pool import Mamba2StatePool
 
@@ -195,7 +196,8 @@ def _header_fields(header: Path, struct: str):
     ("gdn/params.h", "rssm_gdn_decode_params", gdn_kernels.GdnDecodeParams),
     ("mamba2/params.h", "rssm_mamba2_decode_params", kernels.Mamba2DecodeParams),
     ("mamba2/spec_params.h", "rssm_mamba2_verify_params", spec_kernels.Mamba2VerifyParams),
-], ids=["gdn", "mamba2", "mamba2_verify"])
+    ("gdn/spec_params.h", "rssm_gdn_verify_params", gdn_spec_kernels.GdnVerifyParams),
+], ids=["gdn", "mamba2", "mamba2_verify", "gdn_verify"])
 def test_binding_fields_follow_params_h(header, struct, binding):
     """Field names, order and types of the ctypes mirror equal the C struct's (no library needed)."""
     assert [(n, t) for n, t in binding._fields_] == _header_fields(PARAMS_H / header, struct)
