@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/types.h"
@@ -85,6 +87,32 @@ inline Shape launch_shape(int head_dim, int rows_per_warp, int nheads, int ngrou
   s.chunks = group_units / s.units;
   s.stages = std::min(s.units, kMaxStages);
   return s;
+}
+
+// The replay step's choice between a family's combined kernel and its output-only mapping (mamba2/output_only.cuh,
+// gdn/output_only.cuh): the heads per output-only block, or 0 for the combined kernel. hpb: the most heads a block
+// of the mapping can take (0: the mapping does not take this step); a block's rows (heads x rows_per_head) stay a
+// multiple of row_quantum. The policy: at most max_heads heads per block, taken by default (if by_default) when the
+// launch has at least min_blocks_per_sm blocks per multiprocessor. RSSM_ROUTES=split / combined in the environment
+// forces one or the other, RSSM_OO_HEADS=<n> takes n heads per block (a divisor; A/B only); both are read at every
+// launch (A/B measurements, the tests that compare the routes).
+struct SplitRoutePolicy {
+  int max_heads, min_blocks_per_sm;
+  bool by_default;
+};
+inline int split_route_heads(int hpb, int rows_per_head, int row_quantum, long long batch, int nheads, int sms,
+                             const SplitRoutePolicy& policy) {
+  const char* v = std::getenv("RSSM_ROUTES");
+  const std::string forced = v ? v : "";
+  if (hpb <= 0 || forced == "combined") return 0;
+  while (hpb > policy.max_heads && (hpb / 2 * rows_per_head) % row_quantum == 0) hpb /= 2;
+  if (const char* h = std::getenv("RSSM_OO_HEADS")) {
+    const int want = std::atoi(h);
+    if (want > 0 && want < hpb && hpb % want == 0 && (want * rows_per_head) % row_quantum == 0) hpb = want;
+  }
+  if (forced == "split") return hpb;
+  const long long blocks = batch * (nheads / hpb);
+  return policy.by_default && blocks >= static_cast<long long>(policy.min_blocks_per_sm) * sms ? hpb : 0;
 }
 
 // Halves the units per block (doubling the chunks): for a block whose per-block inputs do not fit.

@@ -641,29 +641,17 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // output_only_heads, measured there on the H200: docs/mamba2.md), once kOutputOnlyByDefault switches it on (it
 // is off until the route is timed on the H200): a flushing block takes about twice a reading block, so blocks of
 // at most 8 heads, taken when the launch has at least 24 of them per multiprocessor; smaller launches keep the
-// combined kernel, whose flush units are finer. RSSM_ROUTES=split / combined in the environment (read by both
-// families' launches) forces one or the other where both exist (A/B measurements, the tests that compare both);
-// RSSM_OO_HEADS=<n> takes n heads per block instead (A/B only; a divisor of the default). Both are read at every
-// launch; the choice is made before anything is launched.
+// combined kernel, whose flush units are finer. RSSM_ROUTES (read by both families' launches) and RSSM_OO_HEADS
+// force either route or the heads per block (common/decode_tiling.cuh, split_route_heads). The choice is made
+// before anything is launched.
 template <typename StateT, typename ActT, int K>
 constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
 constexpr int kOutputOnlyBlocksPerSm = 24;   // fewest blocks per multiprocessor for the split route
 constexpr bool kOutputOnlyByDefault = false;  // not yet measured: taken only when RSSM_ROUTES=split forces it
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
-  const char* v = std::getenv("RSSM_ROUTES");
-  const std::string forced = v ? v : "";
-  if (hpb <= 0 || forced == "combined") return 0;
-  while (hpb > kOutputOnlyBlockHeads && (hpb / 2 * p.head_v_dim) % output_only::kRowQuantum == 0) hpb /= 2;
-  if (const char* h = std::getenv("RSSM_OO_HEADS")) {
-    const int want = std::atoi(h);
-    if (want > 0 && want < hpb && hpb % want == 0 && (want * p.head_v_dim) % output_only::kRowQuantum == 0) hpb = want;
-  }
-  if (forced == "split") return hpb;
-  // Opt-in until measured on the H200 (RSSM_ROUTES=split): the default keeps the combined kernel. The policy to
-  // switch on then is Mamba-2's, below.
-  const long long blocks = static_cast<long long>(p.batch) * (p.num_v_heads / hpb);
-  return kOutputOnlyByDefault && blocks >= static_cast<long long>(kOutputOnlyBlocksPerSm) * sms ? hpb : 0;
+  return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
+                           {kOutputOnlyBlockHeads, kOutputOnlyBlocksPerSm, kOutputOnlyByDefault});
 }
 
 // Host launch for one (state dtype, activation dtype, head_k_dim, read copy) specialisation; params already

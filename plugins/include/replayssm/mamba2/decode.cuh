@@ -728,27 +728,17 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 //     kernel, whose flush units are finer.
 //   - nvfp4 copy: a flush-only launch of decode_kernel first, then the output-only kernel with the most heads per
 //     block, taken at two or more blocks per multiprocessor.
-// RSSM_ROUTES=split / combined in the environment forces one or the other where both exist (A/B measurements,
-// the tests that compare both); RSSM_OO_HEADS=<n> takes n heads per block instead (A/B only; a divisor of the
-// default). Both are read at every launch.
+// RSSM_ROUTES and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh,
+// split_route_heads, which both families share).
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
 constexpr int kFlushBlockHeads = 8;     // fp32: most heads per block
 constexpr int kFlushBlocksPerSm = 24;   // fp32: fewest blocks per multiprocessor for the split
 inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms, bool flush_rows) {
-  const char* v = std::getenv("RSSM_ROUTES");
-  const std::string forced = v ? v : "";
-  if (hpb <= 0 || forced == "combined") return 0;
-  if (flush_rows)
-    while (hpb > kFlushBlockHeads && (hpb / 2 * p.head_dim) % output_only::kRowQuantum == 0) hpb /= 2;
-  if (const char* h = std::getenv("RSSM_OO_HEADS")) {
-    const int want = std::atoi(h);
-    if (want > 0 && want < hpb && hpb % want == 0 && (want * p.head_dim) % output_only::kRowQuantum == 0) hpb = want;
-  }
-  if (forced == "split") return hpb;
-  const long long blocks = static_cast<long long>(p.batch) * (p.nheads / hpb);
-  return blocks >= static_cast<long long>(flush_rows ? kFlushBlocksPerSm : 2) * sms ? hpb : 0;
+  const SplitRoutePolicy policy = flush_rows ? SplitRoutePolicy{kFlushBlockHeads, kFlushBlocksPerSm, true}
+                                             : SplitRoutePolicy{output_only::kMaxHeads, 2, true};
+  return split_route_heads(hpb, p.head_dim, output_only::kRowQuantum, p.batch, p.nheads, sms, policy);
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
