@@ -648,7 +648,7 @@ template <typename StateT, typename ActT, int K>
 constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
 constexpr int kOutputOnlyBlocksPerSm = 24;   // fewest blocks per multiprocessor for the split route
-constexpr bool kOutputOnlyByDefault = false;  // not yet measured: taken only when RSSM_ROUTES=split forces it
+constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
                            {kOutputOnlyBlockHeads, kOutputOnlyBlocksPerSm, kOutputOnlyByDefault});
