@@ -27,4 +27,13 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
+// Asks L2 to fetch [src, src + bytes) from memory ahead of the loads that will read it (Hopper's bulk prefetch:
+// one instruction for a contiguous range, holding no register or shared memory; src 16-byte aligned, bytes a
+// multiple of 16). No effect on results; a no-op before sm_90.
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes));
+#endif
+}
+
 }  // namespace replayssm

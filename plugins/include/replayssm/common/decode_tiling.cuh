@@ -115,6 +115,14 @@ inline int split_route_heads(int hpb, int rows_per_head, int row_quantum, long l
   return policy.by_default && blocks >= static_cast<long long>(policy.min_blocks_per_sm) * sms ? hpb : 0;
 }
 
+// How many batches of a warp's state rows the output-only kernels ask L2 for ahead of the batch their registers
+// load (common/async_copy.cuh prefetch_l2): the rows are contiguous per warp, so one bulk prefetch per batch.
+// RSSM_OO_PREFETCH overrides the family's default (A/B runs).
+inline int output_only_prefetch_batches(int fallback) {
+  const char* v = std::getenv("RSSM_OO_PREFETCH");
+  return v ? std::max(0, std::atoi(v)) : fallback;
+}
+
 // Halves the units per block (doubling the chunks): for a block whose per-block inputs do not fit.
 inline void halve_units(Shape& s) {
   s.units /= 2;

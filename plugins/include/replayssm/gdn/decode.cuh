@@ -648,6 +648,10 @@ template <typename StateT, typename ActT, int K>
 constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
 constexpr int kOutputOnlyBlocksPerSm = 24;   // fewest blocks per multiprocessor for the split route
+// Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`). H200, one run
+// (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Qwen3.5-122B L16 amortised at b256: 369.8 / 355.6 / 359.7 / 370.2 us; b512:
+// 739.5 / 706.1 / 714.4 / 740.1 (docs/gdn.md).
+constexpr int kOutputOnlyPrefetch = 1;
 constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
@@ -673,7 +677,7 @@ cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) 
         if (err == cudaSuccess) err = device_sms(sms);
         if (err != cudaSuccess) return err;
         const int hpb = output_only_heads(p, output_only::heads_per_block<ActT>(p, smem_per_sm), sms);
-        if (hpb > 0) return output_only::launch<ActT>(p, hpb, stream);
+        if (hpb > 0) return output_only::launch<ActT>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), stream);
       }
       return launch_mode<StateT, ActT, K, true, false>(p, stream);
     }

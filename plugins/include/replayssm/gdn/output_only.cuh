@@ -177,7 +177,7 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
 
 template <typename ActT>
 __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p,
-                                                                     const int hpb) {
+                                                                     const int hpb, const int ahead) {
   constexpr int kBatch = 2;  // warp steps of loads in flight
   const int b = blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
   const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
@@ -239,6 +239,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 #pragma unroll
   for (int k = 0; k < kBatch; ++k)
     if (k < steps) regs[k] = load_row(lane_state + k * 8 * kK, lane);
+  // The next `ahead` batches of the warp's rows (contiguous) are asked of L2 too: memory stays busy through the
+  // prologue and between batches without holding registers; batch i + ahead is asked for when batch i loads.
+  const float* const warp_state = static_cast<const float*>(p.state) + warp_row0 * kK;
+  const auto prefetch_batch = [&](int s) {
+    if (lane == 0 && s < steps) prefetch_l2(warp_state + s * 8 * kK, min(kBatch, steps - s) * 8 * kK * 4);
+  };
+  for (int a = 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
   if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), the gates
     const int hh = threadIdx.x, hv = head0 + hh;
@@ -322,6 +329,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 #pragma unroll 1
   for (int s0 = 0; s0 < steps; s0 += kBatch) {
     if (s0 > 0) {
+      prefetch_batch(s0 + ahead * kBatch);
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         if (s0 + k < steps) regs[k] = load_row(lane_state + (s0 + k) * 8 * kK, lane);
@@ -387,13 +395,13 @@ inline int heads_per_block(const rssm_gdn_decode_params& p, int smem_per_sm) {
 }
 
 template <typename ActT>
-cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, cudaStream_t stream) {
+cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, int ahead, cudaStream_t stream) {
   const auto kernel = output_only_kernel<ActT>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.num_k_heads * (p.num_v_heads / p.num_k_heads / hpb), p.batch);
-  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb);
+  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb, ahead);
   return cudaGetLastError();
 }
 

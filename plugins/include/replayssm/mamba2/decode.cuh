@@ -730,6 +730,9 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 //     block, taken at two or more blocks per multiprocessor.
 // RSSM_ROUTES and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh,
 // split_route_heads, which both families share).
+// Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`): none. H200, one
+// run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us (docs/mamba2.md).
+constexpr int kOutputOnlyPrefetch = 0;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
@@ -763,7 +766,7 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
         if (err != cudaSuccess) return err;
       }
-      return output_only::launch<ActT, Fmt>(p, hpb, stream);
+      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), stream);
     }
   }
   return launch_mode<StateT, ActT, N, true, CopyT>(p, stream);

@@ -102,6 +102,10 @@ struct Fp32Read {
     for (int q = 0; q < 8; ++q) r.v[q] = __ldcs(src + q * 4);
     return r;
   }
+  // L2 prefetch of `rows` consecutive rows from row0 (see the kernel's `ahead`).
+  __device__ static void prefetch(const rssm_mamba2_decode_params& p, int64_t row0, int rows) {
+    prefetch_l2(static_cast<const float*>(p.state) + row0 * kN, rows * kN * 4);
+  }
   __device__ static void dot(const Regs& r, const Ctx& c, int, const float*, float (&part)[1]) {
     float d = 0.f;
 #pragma unroll
@@ -208,6 +212,10 @@ struct Nvfp4Mma {
     r.s1 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + (row + 8) * (kN / 16) + (c % 2) * 4));
     return r;
   }
+  __device__ static void prefetch(const rssm_mamba2_decode_params& p, int64_t row0, int rows) {
+    prefetch_l2(static_cast<const uint8_t*>(p.read_state) + row0 * (kN / 2), rows * (kN / 2));
+    prefetch_l2(static_cast<const uint8_t*>(p.read_block_scale) + row0 * (kN / 16), rows * (kN / 16));
+  }
   __device__ static void dot(const Regs& r, const Ctx& x, int lane, const float* gs, float (&part)[2]) {
     const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
     float d[2][4] = {};
@@ -281,7 +289,7 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 
 template <typename ActT, typename Fmt>
 __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p,
-                                                                     const int hpb) {
+                                                                     const int hpb, const int ahead) {
   constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8;
   constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
   const int b = blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
@@ -339,6 +347,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 #pragma unroll
   for (int k = 0; k < kBatch; ++k)
     if (k < steps) regs[k] = Fmt::load(p, warp_row0 + k * kRows, lane);
+  // The next `ahead` batches of the warp's rows (contiguous) are asked of L2 too: memory stays busy through the
+  // prologue and between batches without holding registers; batch i + ahead is asked for when batch i loads.
+  const auto prefetch_batch = [&](int s) {
+    if (lane == 0 && s < steps) Fmt::prefetch(p, warp_row0 + s * kRows, min(kBatch, steps - s) * kRows);
+  };
+  for (int a = 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
   const ActT* const Cg = static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride;
   const ActT* const Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
@@ -415,6 +429,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 
   for (int s0 = 0; s0 < steps; s0 += kBatch) {
     if (s0 > 0) {
+      prefetch_batch(s0 + ahead * kBatch);
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         if (s0 + k < steps) regs[k] = Fmt::load(p, warp_row0 + (s0 + k) * kRows, lane);
@@ -492,13 +507,13 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
 }
 
 template <typename ActT, typename Fmt>
-cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, cudaStream_t stream) {
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, cudaStream_t stream) {
   const auto kernel = output_only_kernel<ActT, Fmt>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
-  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb);
+  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb, ahead);
   return cudaGetLastError();
 }
 
