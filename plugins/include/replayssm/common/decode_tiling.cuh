@@ -94,8 +94,8 @@ inline Shape launch_shape(int head_dim, int rows_per_warp, int nheads, int ngrou
 // of the mapping can take (0: the mapping does not take this step); a block's rows (heads x rows_per_head) stay a
 // multiple of row_quantum. The policy: at most max_heads heads per block, taken by default (if by_default) when the
 // launch has at least min_blocks_per_sm blocks per multiprocessor. RSSM_ROUTES=split / combined in the environment
-// forces one or the other, RSSM_OO_HEADS=<n> takes n heads per block (a divisor; A/B only); both are read at every
-// launch (A/B measurements, the tests that compare the routes).
+// forces one or the other, RSSM_OO_HEADS=<n> takes n heads per block (a divisor of hpb, above max_heads too; A/B
+// only); both are read at every launch (A/B measurements, the tests that compare the routes).
 struct SplitRoutePolicy {
   int max_heads, min_blocks_per_sm;
   bool by_default;
@@ -105,10 +105,11 @@ inline int split_route_heads(int hpb, int rows_per_head, int row_quantum, long l
   const char* v = std::getenv("RSSM_ROUTES");
   const std::string forced = v ? v : "";
   if (hpb <= 0 || forced == "combined") return 0;
+  const int most = hpb;
   while (hpb > policy.max_heads && (hpb / 2 * rows_per_head) % row_quantum == 0) hpb /= 2;
-  if (const char* h = std::getenv("RSSM_OO_HEADS")) {
+  if (const char* h = std::getenv("RSSM_OO_HEADS")) {  // any divisor of the most the block can take, cap or not
     const int want = std::atoi(h);
-    if (want > 0 && want < hpb && hpb % want == 0 && (want * rows_per_head) % row_quantum == 0) hpb = want;
+    if (want > 0 && want <= most && most % want == 0 && (want * rows_per_head) % row_quantum == 0) hpb = want;
   }
   if (forced == "split") return hpb;
   const long long blocks = batch * (nheads / hpb);
