@@ -40,6 +40,7 @@ from trtllm_replayssm.ops.gdn import replay_verify as gdn_replay_verify
 from trtllm_replayssm.ops.gdn import snapshot_verify as gdn_snapshot_verify
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, l2norm
 from trtllm_replayssm.pool import GdnStatePool
+from trtllm_replayssm.quant import quantize_state
 
 L2_BYTES = 60 << 20
 ACCEPT_TABLES = 16  # tables of accepted counts the captured steps use in turn
@@ -97,6 +98,31 @@ def point_row(family, shape_name, shape, batch, T, L, num_slots, bytes_fn):
     return hist, row
 
 
+def fill_read_copy(pool, fmt: str) -> None:
+    """The pool's read copy written from its checkpoint (the state a flush would leave), for read format fmt."""
+    if fmt != "none":
+        for name, part in quantize_state(pool.checkpoint, fmt).items():
+            pool.buffers[name].copy_(part)
+
+
+def replay_timings(pool, verify, next_accepted, idx, hist, T: int, L: int, launches: int) -> dict:
+    """The replay step (verify + commit, steady-state cursors) and its decomposition (no commit, cursors reset
+    every step: every row on the non-flush route, history 0, or every row flushing, history L - T, the most
+    records a fold can take). Leaves the pool's cursors as it found them."""
+    batch = idx.numel()
+    pool.set_cursor(idx.long(), torch.tensor(hist, device=idx.device, dtype=torch.int32),
+                    torch.randint(0, L, (batch,), device=idx.device, dtype=torch.int32))
+    cursor_start = pool.cursor.clone()
+    out = {"replay_us": time_graph_us(
+        lambda: (verify(), spec_commit(pool, next_accepted(), slot_idx=idx, window=T)), launches)}
+    hist_field = pool.cursor[..., CURSOR_HISTORY]
+    fill_us = time_graph_us(lambda: hist_field.fill_(0), launches)
+    out["verify_nonflush_us"] = time_graph_us(lambda: (hist_field.fill_(0), verify()), launches) - fill_us
+    out["verify_allflush_us"] = time_graph_us(lambda: (hist_field.fill_(L - T), verify()), launches) - fill_us
+    pool.cursor.copy_(cursor_start)
+    return out
+
+
 def mamba2_bytes(shape: Mamba2LayerShape, T: int, L: int, flush_frac: float, mean_hist: float, act: int = 2,
                  state: int = 4) -> dict:
     """Bytes per row and step that each path must move through HBM (each read once, each write once)."""
@@ -115,7 +141,8 @@ def mamba2_bytes(shape: Mamba2LayerShape, T: int, L: int, flush_frac: float, mea
     }
 
 
-def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L: int, launches: int) -> dict:
+def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L: int, launches: int,
+                 read_formats=("none",)) -> list:
     dev = torch.device("cuda")
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
     state_bytes = H * P * N * 4
@@ -131,42 +158,44 @@ def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L
     idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
     out, out1 = torch.empty_like(x), torch.empty_like(x1)
     next_accepted = accepted_counts(T, batch, dev)
-    hist, row = point_row("mamba2", shape_name, shape, batch, T, L, num_slots, mamba2_bytes)
+    hist, base = point_row("mamba2", shape_name, shape, batch, T, L, num_slots, mamba2_bytes)
 
-    pool = Mamba2StatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
-    pool.checkpoint.normal_()
-    pool.ring_x.normal_()
-    pool.ring_B.normal_()
-    pool.ring_dt.uniform_(0.01, 0.3)
-    pool.set_cursor(idx.long(), torch.tensor(hist, device=dev, dtype=torch.int32),
-                    torch.randint(0, L, (batch,), device=dev, dtype=torch.int32))
-    cursor_start = pool.cursor.clone()
-    verify = lambda: replay_verify(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
-
-    row["conv_us"] = time_graph_us(lambda: conventional_decode(pool.checkpoint, x1, dt1, B1, C1, A, D=D, z=z1,
-                                                               dt_bias=dt_bias, slot_idx=idx, out=out1), launches)
-    row["replay_us"] = time_graph_us(
-        lambda: (verify(), spec_commit(pool, next_accepted(), slot_idx=idx, window=T)), launches)
-    # Decomposition (no commit, cursors reset every step): every row on the non-flush route (history 0) or
-    # every row flushing (history L - T, the most records a fold can take).
-    hist_field = pool.cursor[..., CURSOR_HISTORY]
-    fill_us = time_graph_us(lambda: hist_field.fill_(0), launches)
-    row["verify_nonflush_us"] = time_graph_us(lambda: (hist_field.fill_(0), verify()), launches) - fill_us
-    row["verify_allflush_us"] = time_graph_us(lambda: (hist_field.fill_(L - T), verify()), launches) - fill_us
-    pool.cursor.copy_(cursor_start)
-    pool = None  # frees the pool (the timed closures are done with it)
-    torch.cuda.empty_cache()
+    rows = []
+    for fmt in read_formats:
+        pool = Mamba2StatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16, fmt), device=dev)
+        pool.checkpoint.normal_()
+        fill_read_copy(pool, fmt)
+        pool.ring_x.normal_()
+        pool.ring_B.normal_()
+        pool.ring_dt.uniform_(0.01, 0.3)
+        verify = lambda: replay_verify(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)  # noqa: E731
+        row = dict(base, read=fmt)
+        if not rows:
+            row["conv_us"] = time_graph_us(lambda: conventional_decode(
+                pool.checkpoint, x1, dt1, B1, C1, A, D=D, z=z1, dt_bias=dt_bias, slot_idx=idx, out=out1), launches)
+        row.update(replay_timings(pool, verify, next_accepted, idx, hist, T, L, launches))
+        rows.append(row)
+        pool = None  # frees the pool (the timed closures are done with it)
+        torch.cuda.empty_cache()
 
     state = torch.randn(num_slots, H, P, N, device=dev)
     snaps = torch.zeros(num_slots, T, H, P, N, device=dev)
     snap_verify = lambda: snapshot_verify(state, snaps, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx,
                                           out=out)
-    row["snapshot_verify_us"] = time_graph_us(snap_verify, launches)
-    row["snapshot_us"] = time_graph_us(
+    snap = {"snapshot_verify_us": time_graph_us(snap_verify, launches)}
+    snap["snapshot_us"] = time_graph_us(
         lambda: (snap_verify(), snapshot_commit(state, snaps, next_accepted(), slot_idx=idx)), launches)
     state = snaps = None  # frees the snapshot buffers
     torch.cuda.empty_cache()
-    return row
+    return share_baselines(rows, snap)
+
+
+def share_baselines(rows: list, snap: dict) -> list:
+    """Every read format's row gets the point's conventional and snapshot timings (measured once)."""
+    for row in rows:
+        row.setdefault("conv_us", rows[0]["conv_us"])
+        row.update(snap)
+    return rows
 
 
 # ---- Gated DeltaNet -----------------------------------------------------------------------------------------
@@ -198,7 +227,8 @@ def gdn_bytes(shape: GdnLayerShape, T: int, L: int, flush_frac: float, mean_hist
     }
 
 
-def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int, launches: int) -> dict:
+def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int, launches: int,
+              read_formats=("none",)) -> list:
     dev = torch.device("cuda")
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
     state_bytes = HV * V * K * 4
@@ -214,42 +244,36 @@ def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int,
     idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
     out, out1 = torch.empty_like(v), torch.empty_like(v1)
     next_accepted = accepted_counts(T, batch, dev)
-    hist, row = point_row("gdn", shape_name, shape, batch, T, L, num_slots, gdn_bytes)
+    hist, base = point_row("gdn", shape_name, shape, batch, T, L, num_slots, gdn_bytes)
 
-    pool = GdnStatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
-    pool.checkpoint.normal_()
-    pool.ring_u.normal_()
-    pool.ring_k.normal_(0.0, K ** -0.5)  # rows of about unit norm, like normalised keys
-    pool.ring_g.uniform_(-0.3, -0.01)
-    pool.set_cursor(idx.long(), torch.tensor(hist, device=dev, dtype=torch.int32),
-                    torch.randint(0, L, (batch,), device=dev, dtype=torch.int32))
-    cursor_start = pool.cursor.clone()
-    verify = lambda: gdn_replay_verify(pool, q, k, v, g, beta, slot_idx=idx, out=out, **GDN_PREPARED)
-
-    row["conv_us"] = time_graph_us(lambda: gdn_conventional_decode(pool.checkpoint, shape, q1, k1, v1, g=g1,
-                                                                   beta=beta1, slot_idx=idx, out=out1,
-                                                                   **GDN_PREPARED), launches)
-    row["replay_us"] = time_graph_us(
-        lambda: (verify(), spec_commit(pool, next_accepted(), slot_idx=idx, window=T)), launches)
-    # Decomposition (no commit, cursors reset every step): every row on the non-flush route (history 0) or
-    # every row flushing (history L - T, the most records a fold can take).
-    hist_field = pool.cursor[..., CURSOR_HISTORY]
-    fill_us = time_graph_us(lambda: hist_field.fill_(0), launches)
-    row["verify_nonflush_us"] = time_graph_us(lambda: (hist_field.fill_(0), verify()), launches) - fill_us
-    row["verify_allflush_us"] = time_graph_us(lambda: (hist_field.fill_(L - T), verify()), launches) - fill_us
-    pool.cursor.copy_(cursor_start)
-    pool = None  # frees the pool (the timed closures are done with it)
-    torch.cuda.empty_cache()
+    rows = []
+    for fmt in read_formats:
+        pool = GdnStatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16, fmt), device=dev)
+        pool.checkpoint.normal_()
+        fill_read_copy(pool, fmt)
+        pool.ring_u.normal_()
+        pool.ring_k.normal_(0.0, K ** -0.5)  # rows of about unit norm, like normalised keys
+        pool.ring_g.uniform_(-0.3, -0.01)
+        verify = lambda: gdn_replay_verify(pool, q, k, v, g, beta, slot_idx=idx, out=out, **GDN_PREPARED)  # noqa: E731
+        row = dict(base, read=fmt)
+        if not rows:
+            row["conv_us"] = time_graph_us(lambda: gdn_conventional_decode(
+                pool.checkpoint, shape, q1, k1, v1, g=g1, beta=beta1, slot_idx=idx, out=out1, **GDN_PREPARED),
+                launches)
+        row.update(replay_timings(pool, verify, next_accepted, idx, hist, T, L, launches))
+        rows.append(row)
+        pool = None  # frees the pool (the timed closures are done with it)
+        torch.cuda.empty_cache()
 
     state = torch.randn(num_slots, HV, V, K, device=dev)
     snaps = torch.zeros(num_slots, T, HV, V, K, device=dev)
     snap_verify = lambda: gdn_snapshot_verify(state, snaps, q, k, v, g, beta, slot_idx=idx, out=out, **GDN_PREPARED)
-    row["snapshot_verify_us"] = time_graph_us(snap_verify, launches)
-    row["snapshot_us"] = time_graph_us(
+    snap = {"snapshot_verify_us": time_graph_us(snap_verify, launches)}
+    snap["snapshot_us"] = time_graph_us(
         lambda: (snap_verify(), snapshot_commit(state, snaps, next_accepted(), slot_idx=idx)), launches)
     state = snaps = None  # frees the snapshot buffers
     torch.cuda.empty_cache()
-    return row
+    return share_baselines(rows, snap)
 
 
 # ---- Families -----------------------------------------------------------------------------------------------
@@ -275,26 +299,29 @@ def render(rows, copy_gbs, device_name):
              "kernel); `replay` = ReplaySSM verify of T tokens + commit, steady-state cursors (flushes amortised "
              "where they fall); `snapshot` = snapshot verify (T states stored) + commit (accepted state copied "
              "back), as engines run it today; `snap. verify` = its verify alone. `non-flush` / `all-flush` = one "
-             "verify with every row on one route (no commit). TB/s = bytes model (bench_spec.py) over the time; "
+             "verify with every row on one route (no commit). `read` = the read copy the replay verify reads (fp32 "
+             "checkpoint; `none`: the checkpoint itself). TB/s = bytes model (bench_spec.py, no read copy) over the time; "
              "`flush %` = rows flushing per step in steady state.", ""]
-    head = ["family", "shape", "batch", "T", "L", "conv µs", "replay µs", "replay / conv", "snapshot µs",
+    head = ["family", "shape", "batch", "T", "L", "read", "conv µs", "replay µs", "replay / conv", "snapshot µs",
             "snapshot / replay", "snap. verify µs", "non-flush µs", "all-flush µs", "flush %", "conv TB/s",
             "replay TB/s", "snapshot TB/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         nb = r["bytes"]
-        cells = [r["family"], r["shape"], str(r["batch"]), str(r["T"]), str(r["L"]), f"{r['conv_us']:.1f}",
+        plain = r.get("read", "none") == "none"  # the bytes model counts no read copy
+        cells = [r["family"], r["shape"], str(r["batch"]), str(r["T"]), str(r["L"]), r.get("read", "none"),
+                 f"{r['conv_us']:.1f}",
                  f"{r['replay_us']:.1f}", f"{r['replay_us'] / r['conv_us']:.2f}x", f"{r['snapshot_us']:.1f}",
                  f"{r['snapshot_us'] / r['replay_us']:.2f}x", f"{r['snapshot_verify_us']:.1f}",
                  f"{r['verify_nonflush_us']:.1f}", f"{r['verify_allflush_us']:.1f}", f"{100 * r['flush_frac']:.0f}",
                  f"{tbs(nb['conv'], r['batch'], r['conv_us']):.2f}",
-                 f"{tbs(nb['replay'], r['batch'], r['replay_us']):.2f}",
+                 f"{tbs(nb['replay'], r['batch'], r['replay_us']):.2f}" if plain else "-",
                  f"{tbs(nb['snapshot'], r['batch'], r['snapshot_us']):.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     checks = []
     for r in rows:
         tgt = TARGETS.get(r["family"])
-        if tgt and r["batch"] == 256 and r["T"] == 8 and r["shape"] == FAMILIES[r["family"]]["default_shapes"].split(",")[0]:
+        if tgt and r.get("read", "none") == "none" and r["batch"] == 256 and r["T"] == 8 and r["shape"] == FAMILIES[r["family"]]["default_shapes"].split(",")[0]:
             vs_conv, vs_snap = r["replay_us"] / r["conv_us"], r["snapshot_us"] / r["replay_us"]
             ok = vs_conv <= tgt["max_vs_conv"] and vs_snap >= tgt["min_vs_snapshot"]
             checks.append(f"- {r['family']} {r['shape']} batch 256, T=8, L={r['L']}: replay step {vs_conv:.2f}x a "
@@ -315,7 +342,10 @@ def main(argv=None):
     ap.add_argument("--windows", default="2,4,8", help="T values (tokens verified per row)")
     ap.add_argument("--ring-extra", type=int, default=16, help="L = T + this (16: the issue's setting)")
     ap.add_argument("--launches", type=int, default=24, help="launches per CUDA graph")
+    ap.add_argument("--read-formats", default="none",
+                    help="comma list of read copies the replay rows read (none, fp16, bf16, fp8): one row each")
     args = ap.parse_args(argv)
+    read_formats = args.read_formats.split(",")
     torch.manual_seed(0)
     copy_gbs = copy_bandwidth_gbs()
     print(f"# copy bandwidth (read+write): {copy_gbs / 1e3:.2f} TB/s", flush=True)
@@ -327,9 +357,11 @@ def main(argv=None):
                 continue
             for batch in (int(v) for v in args.batches.split(",")):
                 for T in (int(v) for v in args.windows.split(",")):
-                    r = spec["point"](name, spec["shapes"][name], batch, T, T + args.ring_extra, args.launches)
-                    rows.append(r)
-                    print(json.dumps(r), flush=True)
+                    point = spec["point"](name, spec["shapes"][name], batch, T, T + args.ring_extra, args.launches,
+                                          read_formats)
+                    rows += point
+                    for r in point:
+                        print(json.dumps(r), flush=True)
     text = render(rows, copy_gbs, torch.cuda.get_device_name())
     args.out.write_text(text)
     if args.json:
