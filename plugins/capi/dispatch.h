@@ -147,6 +147,36 @@ rssm_status check_rows16(const RowsOf<NS> (&rows)[K], int64_t elem_bytes) {
   return RSSM_OK;
 }
 
+// The read-copy fields of a speculative verify (both families read the same copies): a format the family compiled
+// (`formats`, described by `text`), the family's replay mode, an fp32 checkpoint, 16-bit activations, and the
+// copy's buffers (fp8: its row scales).
+template <typename Params, size_t K>
+rssm_status check_verify_read_copy(const Params& p, int replay_mode, const int (&formats)[K], const char* text) {
+  if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
+  const char* name = read_format_name(p.read_format);
+  if (!in_list(p.read_format, formats))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) is not supported; %s", p.read_format, name, text);
+  if (p.mode != replay_mode)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) needs mode=%d (replay), got mode=%d", p.read_format,
+                name, replay_mode, p.mode);
+  if (p.state_dtype != RSSM_DTYPE_FP32)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with state_dtype=%d is not supported; %s",
+                p.read_format, name, p.state_dtype, text);
+  if (p.act_dtype == RSSM_DTYPE_FP32)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with act_dtype=0 (fp32) is not supported; %s",
+                p.read_format, name, text);
+  if (!p.read_state)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is NULL (required by read_format=%d, %s)", p.read_format, name);
+  if (!aligned16(p.read_state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is not 16-byte aligned");
+  if (p.read_format == RSSM_READ_FP8) {
+    if (!p.read_scale)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=3, fp8)");
+    if (reinterpret_cast<uintptr_t>(p.read_scale) & 3u)
+      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
+  }
+  return RSSM_OK;
+}
+
 // The first check of every entry point: a params pointer of the library's struct size.
 template <typename Params>
 rssm_status check_params(const Params* params, size_t params_size) {
