@@ -147,11 +147,11 @@ rssm_status check_rows16(const RowsOf<NS> (&rows)[K], int64_t elem_bytes) {
   return RSSM_OK;
 }
 
-// The read-copy fields of a speculative verify (both families read the same copies): a format the family compiled
-// (`formats`, described by `text`), the family's replay mode, an fp32 checkpoint, 16-bit activations, and the
-// copy's buffers (fp8: its row scales).
+// The read-copy fields of a step whose kernel reads fp16 / bf16 / fp8 copies (GDN decode, both families' verify):
+// a format the entry point compiled (`formats`, described by `text`), the family's replay mode, an fp32
+// checkpoint, 16-bit activations, and the copy's buffers (fp8: its row scales).
 template <typename Params, size_t K>
-rssm_status check_verify_read_copy(const Params& p, int replay_mode, const int (&formats)[K], const char* text) {
+rssm_status check_read_copy(const Params& p, int replay_mode, const int (&formats)[K], const char* text) {
   if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
   const char* name = read_format_name(p.read_format);
   if (!in_list(p.read_format, formats))

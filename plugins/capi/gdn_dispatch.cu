@@ -55,35 +55,13 @@ static cudaError_t dispatch(const rssm_gdn_decode_params& p, cudaStream_t stream
 
 // The read-copy fields: a compiled combination (kReadCopiesText) and the copy's buffers.
 static rssm_status validate_read_copy(const rssm_gdn_decode_params& p) {
-  if (p.read_format == RSSM_READ_NONE) return RSSM_OK;
-  const char* name = read_format_name(p.read_format);
   if (p.read_format == RSSM_READ_NVFP4)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=4 (nvfp4) is not supported by the GDN decode kernel; %s",
                 kReadCopiesText);
-  if (!in_list(p.read_format, kReadFormats))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) is not supported; %s", p.read_format, name,
-                kReadCopiesText);
-  if (p.state_dtype != RSSM_DTYPE_FP32)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with state_dtype=%d is not supported; %s",
-                p.read_format, name, p.state_dtype, kReadCopiesText);
-  if (p.act_dtype == RSSM_DTYPE_FP32)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with act_dtype=0 (fp32) is not supported; %s",
-                p.read_format, name, kReadCopiesText);
-  if (p.mode != RSSM_GDN_REPLAY)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) needs mode=1 (replay), got mode=%d", p.read_format,
-                name, p.mode);
-  if (p.per_channel_decay)
+  if (const rssm_status st = check_read_copy(p, RSSM_GDN_REPLAY, kReadFormats, kReadCopiesText)) return st;
+  if (p.read_format != RSSM_READ_NONE && p.per_channel_decay)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=%d (%s) with per_channel_decay=1 (KDA) is not supported; %s",
-                p.read_format, name, kReadCopiesText);
-  if (!p.read_state)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is NULL (required by read_format=%d, %s)", p.read_format, name);
-  if (!aligned16(p.read_state)) return fail(RSSM_ERR_INVALID_ARGUMENT, "read_state is not 16-byte aligned");
-  if (p.read_format == RSSM_READ_FP8) {
-    if (!p.read_scale)
-      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is NULL (required by read_format=3, fp8)");
-    if (reinterpret_cast<uintptr_t>(p.read_scale) & 3u)
-      return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
-  }
+                p.read_format, read_format_name(p.read_format), kReadCopiesText);
   return RSSM_OK;
 }
 

@@ -66,7 +66,7 @@ static rssm_status validate_read_copy(const rssm_gdn_verify_params& p) {
   if (p.read_format == RSSM_READ_NVFP4)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "read_format=4 (nvfp4) is not supported by the GDN verify kernel; %s",
                 kReadCopiesText);
-  return check_verify_read_copy(p, RSSM_GDN_REPLAY, kReadFormats, kReadCopiesText);
+  return check_read_copy(p, RSSM_GDN_REPLAY, kReadFormats, kReadCopiesText);
 }
 
 static rssm_status validate_verify(const rssm_gdn_verify_params& p) {

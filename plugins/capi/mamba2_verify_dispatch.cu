@@ -63,7 +63,7 @@ static cudaError_t verify_dispatch(const rssm_mamba2_verify_params& p, cudaStrea
 
 // The read-copy fields: a compiled combination (kReadCopiesText) and the copy's buffers.
 static rssm_status validate_read_copy(const rssm_mamba2_verify_params& p) {
-  return check_verify_read_copy(p, RSSM_MAMBA2_REPLAY, kReadFormats, kReadCopiesText);
+  return check_read_copy(p, RSSM_MAMBA2_REPLAY, kReadFormats, kReadCopiesText);
 }
 
 static rssm_status validate_verify(const rssm_mamba2_verify_params& p) {
