@@ -53,16 +53,36 @@ def _wide(t, extra):
 def test_replay_kernel_matches_reference(dtypes, P, N, L):
     """3L+3 steps from desynchronised cursors and origins: y, checkpoint, ring and cursors follow the reference;
     checkpoints of non-flush rows stay bit-identical; padded rows and unused slots are untouched; every
-    non-padded output is written."""
+    non-padded output is written. The ring routes (latency route off)."""
+    _check_replay_steps(dtypes, P, N, L, latency_rows=0)
+
+
+# fp32 checkpoints whose heads fit eight warp tiles: the shapes the latency route takes
+LATENCY_CASES = [c for c in CASES if c[0][0] == F32 and c[1] * c[2] <= 8192]
+
+
+@pytest.mark.parametrize("dtypes, P, N, L", LATENCY_CASES, ids=lambda v: _id(v))
+def test_latency_route_kernel_matches_reference(dtypes, P, N, L):
+    """The same checks with the latency route's limit at three rows' checkpoints and steps of three rows (every
+    row flushes: rows with records fold them, in the conventional kernel's mapping) between steps of six (the
+    ring routes): the kernels leave and pick up each other's cursors."""
+    _check_replay_steps(dtypes, P, N, L, latency_rows=3)
+
+
+def _check_replay_steps(dtypes, P, N, L, latency_rows):
     state_dtype, act_dtype = dtypes
     shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=2)
-    cfg = ReplayConfig(buffer_len=L, state_dtype=state_dtype, act_dtype=act_dtype)
+    cfg = ReplayConfig(buffer_len=L, state_dtype=state_dtype, act_dtype=act_dtype,
+                       latency_route_bytes=latency_rows * 8 * P * N * 4)
     dev = torch.device("cuda")
     pool = random_pool(shape, num_slots=9, cfg=cfg, device=dev)
     ref = clone_pool(pool)
     A, D, dt_bias = layer_params(shape, dev)
-    batch = 6
+    folded = 0
     for step in range(3 * L + 3):
+        latency = latency_rows > 0 and step % 3 == 0
+        batch = latency_rows if latency else 6
+        assert pool.flushes_every_row(batch) == latency
         slots = slot_map(batch, 9, n_pad=1, device=dev)
         x, dt, B, C, z = step_inputs(shape, batch, act_dtype, dev)
         if step % 2:
@@ -83,6 +103,8 @@ def test_replay_kernel_matches_reference(dtypes, P, N, L):
             if s not in used:
                 for name, t in pool.buffers.items():
                     assert torch.equal(t[s], before.buffers[name][s]), f"step {step}: unused slot {s} {name}"
+            elif latency:
+                folded += int(hist_before[s]) > 0
             elif int(hist_before[s]) < L - 1:
                 assert torch.equal(pool.checkpoint[s], before.checkpoint[s]), \
                     f"step {step}: checkpoint of non-flush slot {s} changed"
@@ -90,14 +112,42 @@ def test_replay_kernel_matches_reference(dtypes, P, N, L):
             f"step {step}: ring records differ"
         assert rel_err(pool.ring_dt, ref.ring_dt) < 1e-6, f"step {step}: ring dt differs"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(*dtypes), f"step {step}: checkpoint differs"
+    assert latency_rows == 0 or L == 1 or folded > 0, "no latency step met a row with records to fold"
 
 
+@pytest.mark.parametrize("act_dtype", [F32, F16, BF16], ids=dtype_name)
+@pytest.mark.parametrize("P, N", [(64, 128), (80, 64), (128, 64)])
+def test_latency_route_at_history_zero_equals_the_conventional_kernel_bitwise(act_dtype, P, N):
+    """A step on the latency route (the default for these small steps) with every cursor at history 0 is the
+    conventional kernel's step bit for bit (y and checkpoint), and writes no cursor or ring record."""
+    shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=2)
+    dev = torch.device("cuda")
+    pool = random_pool(shape, 7, ReplayConfig(8, F32, act_dtype), dev, desync=False)
+    assert pool.flushes_every_row(6) and pool.history().eq(0).all()
+    before = clone_pool(pool)
+    state = pool.checkpoint.clone()
+    A, D, dt_bias = layer_params(shape, dev)
+    for step in range(4):
+        slots = slot_map(6, 7, n_pad=1, device=dev)
+        x, dt, B, C, z = step_inputs(shape, 6, act_dtype, dev)
+        y1 = torch.full_like(x, float("nan"))
+        replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=y1)
+        y2 = conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+        live = slots >= 0
+        assert torch.isnan(y1[~live]).all() and torch.equal(y1[live], y2[live]), f"step {step}"
+        assert torch.equal(pool.checkpoint, state), f"step {step}"
+    for name in ("ring_x", "ring_B", "ring_dt", "cursor"):
+        assert torch.equal(pool.buffers[name], before.buffers[name]), f"{name} written on the latency route"
+
+
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "latency_route"])
 @pytest.mark.parametrize("L", [4, 16])
-def test_replay_kernel_matches_fp64_recurrence(L):
-    """fp32 state and activations: outputs track the fp64 sequential recurrence over 3L+3 steps."""
+def test_replay_kernel_matches_fp64_recurrence(L, latency_route_bytes):
+    """fp32 state and activations: outputs track the fp64 sequential recurrence over 3L+3 steps, through the
+    ring routes and through the latency route (the default for these small steps)."""
     shape = Mamba2LayerShape(nheads=16, head_dim=64, dstate=128, ngroups=4)
     dev = torch.device("cuda")
-    cfg = ReplayConfig(buffer_len=L, state_dtype=F32, act_dtype=F32)
+    cfg = ReplayConfig(buffer_len=L, state_dtype=F32, act_dtype=F32, latency_route_bytes=latency_route_bytes)
     pool = random_pool(shape, num_slots=8, cfg=cfg, device=dev)
     A, D, dt_bias = layer_params(shape, dev)
     oracle = SequentialOracle(pool, A, D, dt_bias)
@@ -116,7 +166,7 @@ def test_replay_l1_equals_conventional_kernel_bitwise(dtypes):
     state_dtype, act_dtype = dtypes
     shape = Mamba2LayerShape(nheads=8, head_dim=64, dstate=128, ngroups=2)
     dev = torch.device("cuda")
-    pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype), dev, desync=False)
+    pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype, latency_route_bytes=0), dev, desync=False)
     state = pool.checkpoint.clone()
     A, D, dt_bias = layer_params(shape, dev)
     for _ in range(3):
@@ -153,13 +203,15 @@ def test_conventional_kernel_matches_reference(dtypes, P, N):
         assert torch.equal(state[unused], before[unused]), "unused slots changed"
 
 
-def test_replay_step_captured_in_cuda_graph():
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "latency_route"])
+def test_replay_step_captured_in_cuda_graph(latency_route_bytes):
     """One replay step captured once and replayed 2L+3 times with new inputs and no host sync follows the
-    reference: the cursor lives and advances on the device."""
+    reference: the cursor lives and advances on the device (ring routes, and the latency route the default
+    takes for this small step)."""
     L = 6
     shape = Mamba2LayerShape(nheads=8, head_dim=64, dstate=128, ngroups=2)
     dev = torch.device("cuda")
-    cfg = ReplayConfig(L, F32, BF16)
+    cfg = ReplayConfig(L, F32, BF16, latency_route_bytes=latency_route_bytes)
     pool = random_pool(shape, 6, cfg, dev)
     ref = clone_pool(pool)
     A, D, dt_bias = layer_params(shape, dev)
@@ -210,7 +262,7 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
     records); y within two bf16 / fp16 roundings (the output-only kernel sums the same terms in another order;
     nvfp4: exact products summed on the tensor cores)."""
     shape = Mamba2LayerShape(nheads=2 * heads_per_group, head_dim=P, dstate=128, ngroups=2)
-    cfg = ReplayConfig(L, F32, act_dtype, read_format)
+    cfg = ReplayConfig(L, F32, act_dtype, read_format, latency_route_bytes=0)
     dev = torch.device("cuda")
     num_slots, batch = 9, 7
     split = random_pool(shape, num_slots, cfg, dev)

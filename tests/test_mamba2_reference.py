@@ -35,11 +35,15 @@ def test_replay_row_matches_fp64_recurrence(t, flush):
         assert S_replay is None
 
 
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "latency_route"])
 @pytest.mark.parametrize("L", [1, 3, 8])
-def test_replay_reference_matches_recurrence_over_flushes(L):
+def test_replay_reference_matches_recurrence_over_flushes(L, latency_route_bytes):
     """Pool-level replay (fp32) follows the fp64 recurrence for 3L+5 steps from desynchronised cursors,
-    with shuffled slots and padding rows. Tolerance 2e-5: fp32 arithmetic over <= L replayed terms."""
-    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32)
+    with shuffled slots and padding rows; with the ring (latency route off) and on the latency route (these
+    small steps take it by default: every row flushes, the first step folding each row's records).
+    Tolerance 2e-5: fp32 arithmetic over <= L replayed terms."""
+    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32,
+                       latency_route_bytes=latency_route_bytes)
     pool = random_pool(SMALL, num_slots=7, cfg=cfg, device="cpu")
     A, D, dt_bias = layer_params(SMALL, "cpu")
     oracle = SequentialOracle(pool, A, D, dt_bias)
@@ -68,7 +72,7 @@ def test_l1_replay_equals_conventional_bitwise():
 
 def test_flush_empties_ring_and_keeps_checkpoint_until_then():
     L = 4
-    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32)
+    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32, latency_route_bytes=0)
     pool = random_pool(SMALL, num_slots=2, cfg=cfg, device="cpu", desync=False)
     A, D, dt_bias = layer_params(SMALL, "cpu")
     before = pool.checkpoint.clone()
@@ -80,6 +84,55 @@ def test_flush_empties_ring_and_keeps_checkpoint_until_then():
             assert pool.history().tolist() == [step + 1] * 2
     assert pool.history().tolist() == [0, 0]
     assert not torch.equal(pool.checkpoint, before), "flush did not store the checkpoint"
+
+
+def test_latency_route_at_history_zero_is_the_conventional_step_bitwise():
+    """A small step on the latency route (the default here) with every cursor at history 0 is the conventional
+    step bit for bit: same y, same checkpoint; cursors stay at 0 and no ring record is written."""
+    cfg = ReplayConfig(buffer_len=6, state_dtype=torch.float32, act_dtype=torch.float32)
+    pool = random_pool(SMALL, num_slots=4, cfg=cfg, device="cpu", desync=False)
+    assert pool.flushes_every_row(4) and pool.history().eq(0).all()
+    before = clone_pool(pool)
+    state = pool.checkpoint.clone()
+    A, D, dt_bias = layer_params(SMALL, "cpu")
+    for step in range(8):
+        x, dt, B, C, z = step_inputs(SMALL, 4, torch.float32, "cpu")
+        y_rep = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
+        y_conv = conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
+        assert torch.equal(y_rep, y_conv), f"step {step}"
+        assert torch.equal(pool.checkpoint, state), f"step {step}"
+        assert pool.history().eq(0).all(), f"step {step}: history moved on the latency route"
+    for name in ("ring_x", "ring_B", "ring_dt", "cursor"):
+        assert torch.equal(pool.buffers[name], before.buffers[name]), f"{name} written on the latency route"
+
+
+def test_latency_route_switches_with_the_batch_and_folds_the_records():
+    """Steps alternate between few rows (the latency route: every row flushes, folding the records its ring
+    holds) and more rows (the ring: output-only or flush by the cursor) over a limit of two rows' checkpoints,
+    against the fp64 recurrence, from desynchronised cursors; a latency step leaves its rows at history 0."""
+    L = 5
+    slot_bytes = SMALL.nheads * SMALL.head_dim * SMALL.dstate * 4
+    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32,
+                       latency_route_bytes=2 * slot_bytes)
+    pool = random_pool(SMALL, num_slots=7, cfg=cfg, device="cpu")
+    assert pool.flushes_every_row(2) and not pool.flushes_every_row(3)
+    A, D, dt_bias = layer_params(SMALL, "cpu")
+    oracle = SequentialOracle(pool, A, D, dt_bias)
+    folded = 0
+    for step in range(4 * L):
+        batch = 2 if step % 3 == 0 else 5
+        slots = slot_map(batch, 7, n_pad=1, device="cpu")
+        hist_before = pool.history().clone()
+        x, dt, B, C, z = step_inputs(SMALL, batch, torch.float32, "cpu")
+        y = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+        y_ref = oracle.step(slots, x, dt, B, C, z)
+        keep = slots >= 0
+        assert rel_err(y[keep], y_ref[keep]) < 2e-5, f"step {step}: output off the fp64 recurrence"
+        live = slots[keep].long()
+        if batch == 2:
+            assert pool.history()[live].eq(0).all(), f"step {step}: a latency step left a record"
+            folded += int(hist_before[live].gt(0).sum())
+    assert folded > 0, "no latency step met a row with records to fold"
 
 
 def test_prefill_then_decode_continues_the_recurrence():

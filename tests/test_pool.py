@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
-from trtllm_replayssm.pool import Mamba2StatePool
+from trtllm_replayssm.config import DEFAULT_LATENCY_ROUTE_BYTES, GdnLayerShape, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 
 SUPER = Mamba2LayerShape(nheads=128, head_dim=64, dstate=128, ngroups=8)
 
@@ -56,6 +56,9 @@ def test_validate_catches_corruption():
     (dict(buffer_len=65), "buffer_len=65"),
     (dict(state_dtype=torch.float64), "state_dtype=float64"),
     (dict(act_dtype=torch.int8), "act_dtype=int8"),
+    (dict(latency_route_bytes=-1), "latency_route_bytes=-1 must be None or an int >= 0"),
+    (dict(latency_route_bytes=1 << 20, state_dtype=torch.bfloat16), "latency_route_bytes=1048576 needs state_dtype=fp32"),
+    (dict(latency_route_bytes=1 << 20, read_format="fp8"), "read_format='none'"),
 ])
 def test_rejects_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -70,6 +73,28 @@ def test_rejects_bad_config(kwargs, match):
 def test_rejects_unsupported_shape(shape, match):
     with pytest.raises(ValueError, match=match):
         Mamba2StatePool(shape, 2)
+
+
+def test_latency_route_limit_by_default_and_where_the_kernels_cannot_take_it():
+    """The latency route's limit: the default on an fp32 checkpoint without copy whose head fits eight warp tiles
+    (head_dim * dstate <= 8192), off elsewhere by default, an explicit limit honoured or refused by name; a GDN
+    pool refuses it (no GDN latency route yet)."""
+    assert Mamba2StatePool(SUPER, 1).latency_route_bytes == DEFAULT_LATENCY_ROUTE_BYTES
+    assert Mamba2StatePool(SUPER, 1, ReplayConfig(latency_route_bytes=0)).latency_route_bytes == 0
+    assert Mamba2StatePool(SUPER, 1, ReplayConfig(latency_route_bytes=4096)).latency_route_bytes == 4096
+    assert Mamba2StatePool(SUPER, 1, ReplayConfig(state_dtype="bf16")).latency_route_bytes == 0
+    assert Mamba2StatePool(SUPER, 1, ReplayConfig(read_format="nvfp4")).latency_route_bytes == 0
+    wide = Mamba2LayerShape(nheads=8, head_dim=64, dstate=256, ngroups=8)  # 16 tiles of 4 rows per head
+    assert Mamba2StatePool(wide, 1).latency_route_bytes == 0
+    with pytest.raises(ValueError, match=r"latency_route_bytes=4096 needs head_dim \* dstate <= 8192 \(got 64 \* 256\)"):
+        Mamba2StatePool(wide, 1, ReplayConfig(latency_route_bytes=4096))
+    pool = Mamba2StatePool(SUPER, 1)
+    per_row = 128 * 64 * 128 * 4
+    assert pool.flushes_every_row(DEFAULT_LATENCY_ROUTE_BYTES // per_row)
+    assert not pool.flushes_every_row(DEFAULT_LATENCY_ROUTE_BYTES // per_row + 1)
+    with pytest.raises(ValueError, match="Mamba-2 layers only"):
+        GdnStatePool(GdnLayerShape(2, 4, 128, 128), 1, ReplayConfig(latency_route_bytes=1024))
+    assert GdnStatePool(GdnLayerShape(2, 4, 128, 128), 1).cfg.latency_route_bytes is None
 
 
 def test_clone_is_independent_and_equal():

@@ -31,7 +31,7 @@ def test_checkpoint_identical_whatever_the_read_copy():
     S_init = torch.randn(3, 4, 64, 64)
     pools = {}
     for f in FORMATS:
-        pools[f] = Mamba2StatePool(SHAPE, 3, ReplayConfig(5, "fp32", "fp32", f))
+        pools[f] = Mamba2StatePool(SHAPE, 3, ReplayConfig(5, "fp32", "fp32", f, latency_route_bytes=0))
         for s in range(3):
             pools[f].reset_slot(s, S_init[s])
     outs = {f: [] for f in FORMATS}

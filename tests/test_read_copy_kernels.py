@@ -98,7 +98,8 @@ def test_read_copy_kernel_matches_reference_across_launch_shapes(fmt, batch):
 
 def run_against_reference(state_dtype, fmt, act_dtype, P, N, L, batch, num_slots, steps):
     shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=2)
-    cfg = ReplayConfig(buffer_len=L, state_dtype=state_dtype, act_dtype=act_dtype, read_format=fmt)
+    cfg = ReplayConfig(buffer_len=L, state_dtype=state_dtype, act_dtype=act_dtype, read_format=fmt,
+                       latency_route_bytes=0)
     dev = torch.device("cuda")
     pool = copy_pool(shape, num_slots, cfg, dev)
     ref = clone_pool(pool)
@@ -133,10 +134,10 @@ def test_checkpoint_identical_whatever_the_read_format(state_dtype):
     shape = Mamba2LayerShape(nheads=16, head_dim=64, dstate=128, ngroups=4)
     dev = torch.device("cuda")
     fmts = ["none"] + [f for s, f in PAIRS if s == state_dtype]
-    base = random_pool(shape, 8, ReplayConfig(L, state_dtype, BF16), dev)
+    base = random_pool(shape, 8, ReplayConfig(L, state_dtype, BF16, latency_route_bytes=0), dev)
     pools = {}
     for f in fmts:
-        pools[f] = copy_pool(shape, 8, ReplayConfig(L, state_dtype, BF16, f), dev)
+        pools[f] = copy_pool(shape, 8, ReplayConfig(L, state_dtype, BF16, f, latency_route_bytes=0), dev)
         for name in ("checkpoint", "ring_x", "ring_B", "ring_dt", "cursor"):
             pools[f].buffers[name].copy_(base.buffers[name])
         for s in range(8):
@@ -166,7 +167,7 @@ def test_flush_writes_the_quantiser_copy(state_dtype, fmt, P, N):
     for name, t in pool.buffers.items():  # stale copies: a flush must overwrite every element
         if name.startswith("read_"):
             t.view(torch.uint8).fill_(0x7E)
-    plain = random_pool(shape, 6, ReplayConfig(L, state_dtype, BF16), dev, desync=False)
+    plain = random_pool(shape, 6, ReplayConfig(L, state_dtype, BF16, latency_route_bytes=0), dev, desync=False)
     for name in ("checkpoint", "ring_x", "ring_B", "ring_dt"):
         plain.buffers[name].copy_(pool.buffers[name])
     pool.cursor[..., CURSOR_HISTORY] = L - 1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trtllm_replayssm import trt_plugins
-from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import DEFAULT_LATENCY_ROUTE_BYTES, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 
 
 class FakeTrt(types.SimpleNamespace):
@@ -76,7 +76,7 @@ def test_add_mamba2_decode_passes_fields_and_inputs_in_the_plugin_order():
     assert all(dtype == "int32" and kind == "INT32" for _, _, dtype, kind in trt.calls[1][2])
     assert fields == {"nheads": 128, "head_dim": 64, "dstate": 128, "ngroups": 8, "buffer_len": 16, "mode": 1,
                       "state_dtype": 0, "act_dtype": 2, "has_z": 1, "has_D": 1, "has_dt_bias": 1, "dt_softplus": 1,
-                      "pad_slot_id": -1}
+                      "pad_slot_id": -1, "latency_route_kib": DEFAULT_LATENCY_ROUTE_BYTES // 1024}
     assert trt.calls[2][1] == [f"tensor_{n}" for n in names] and names[0] == "x" and names[-1] == "cursor"
 
 

@@ -89,6 +89,17 @@ def test_native_abi_struct_size_matches_binding():
 
 
 @needs_lib
+def test_native_latency_route_accepted_where_the_kernel_takes_it():
+    """The latency route's limit passes validation on an fp32 checkpoint without copy at head_dim * dstate <=
+    8192 (64 x 128, 128 x 64, 80 x 64), and a limit of 0 passes everywhere."""
+    for hd, n in ((64, 128), (128, 64), (80, 64)):
+        assert _native_status(latency_route_bytes=1 << 25, head_dim=hd, dstate=n) == (0, ""), (hd, n)
+    for hd, n in ((128, 128), (64, 256)):
+        assert _native_status(latency_route_bytes=0, head_dim=hd, dstate=n)[0] == 0
+        assert _native_status(latency_route_bytes=1, head_dim=hd, dstate=n)[0] == 1
+
+
+@needs_lib
 def test_native_dispatch_table_matches_python_lists():
     for hd in range(1, 300):
         assert (_native_status(head_dim=hd)[0] == 0) == (hd in MAMBA2_HEAD_DIMS), f"head_dim={hd}"
@@ -120,6 +131,11 @@ def _check_buffer_len_and_dtypes(status):
     (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
     (dict(x=(1 << 20) + 2), "x rows must be 16-byte aligned"),
     (dict(B_batch_stride=129), "B rows must be 16-byte aligned"),
+    (dict(latency_route_bytes=-5), "latency_route_bytes=-5 is negative"),
+    (dict(latency_route_bytes=1024, mode=kernels.CONVENTIONAL), "latency_route_bytes=1024 needs mode=1 (replay)"),
+    (dict(latency_route_bytes=1024, state_dtype=2), "needs an fp32 checkpoint without read copy (state_dtype=2"),
+    (dict(latency_route_bytes=1024, read_format=1, read_state=1 << 20), "without read copy (state_dtype=0, read_format=1)"),
+    (dict(latency_route_bytes=1024, dstate=256), "needs head_dim * dstate <= 8192, got 64 * 256"),
 ])
 def test_native_errors_name_the_offending_value(overrides, words):
     status, msg = _native_status(**overrides)

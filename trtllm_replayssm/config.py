@@ -44,6 +44,12 @@ MAMBA2_VERIFY_READ_FORMATS = ("fp16", "bf16", "fp8")
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16
+# The latency route (Mamba-2, fp32 checkpoint, no read copy): a replay step whose rows' checkpoints total at most
+# this many bytes (batch * H * P * N * 4) flushes every row, in the conventional kernel's mapping: small steps
+# are latency-bound, so the replay's saving of bytes buys nothing there (H200: the replay step loses to the
+# conventional one below ~48-64 MB of state per step, docs/mamba2.md). At history 0 the step is the
+# conventional step bit for bit; rows with records fold them first (the flush route's arithmetic).
+DEFAULT_LATENCY_ROUTE_BYTES = 32 << 20
 PAD_SLOT_ID = -1
 # Speculative verify: tokens per window T (the last accepted token and T-1 drafts); the ring needs L >= 2T.
 SPEC_MIN_WINDOW = 2
@@ -138,6 +144,9 @@ class ReplayConfig:
     state_dtype: torch.dtype = torch.float32
     act_dtype: torch.dtype = torch.bfloat16
     read_format: str = "none"
+    # The latency route (DEFAULT_LATENCY_ROUTE_BYTES above): None = the default where the layer supports it
+    # (Mamba-2, fp32 checkpoint, no read copy, head_dim * dstate <= 8192), else off; 0 = off; n = the limit.
+    latency_route_bytes: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "state_dtype", parse_dtype(self.state_dtype))
@@ -155,6 +164,12 @@ class ReplayConfig:
                              f"(supported: {_names(MAMBA2_ACT_DTYPES)})")
         if self.read_format not in READ_FORMATS:
             raise ValueError(f"read_format={self.read_format!r} is not supported (supported: {', '.join(READ_FORMATS)})")
+        if self.latency_route_bytes is not None:
+            if not isinstance(self.latency_route_bytes, int) or self.latency_route_bytes < 0:
+                raise ValueError(f"latency_route_bytes={self.latency_route_bytes!r} must be None or an int >= 0")
+            if self.latency_route_bytes and (self.state_dtype != torch.float32 or self.read_format != "none"):
+                raise ValueError(f"latency_route_bytes={self.latency_route_bytes} needs state_dtype=fp32 and "
+                                 f"read_format='none' (got {dtype_name(self.state_dtype)}, {self.read_format!r})")
         state_bits = torch.empty((), dtype=self.state_dtype).element_size() * 8
         if self.read_format != "none" and READ_FORMAT_BITS[self.read_format] >= state_bits:
             raise ValueError(f"read_format={self.read_format} is not narrower than state_dtype="

@@ -33,7 +33,8 @@ import torch
 from trtllm_replayssm.quant import NVFP4_BLOCK, NVFP4_ROWS, dequantize_state, quantize_state
 
 from trtllm_replayssm.config import (CURSOR_FIELDS, CURSOR_HISTORY, CURSOR_ORIGIN, CURSOR_REPLICAS,
-                                     GdnLayerShape, Mamba2LayerShape, ReplayConfig, dtype_name)
+                                     DEFAULT_LATENCY_ROUTE_BYTES, GdnLayerShape, Mamba2LayerShape, ReplayConfig,
+                                     dtype_name)
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,15 @@ class Mamba2StatePool(StatePool):
 
     buffer_specs = staticmethod(mamba2_buffer_specs)
 
+    def __init__(self, shape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
+        super().__init__(shape, num_slots, cfg, device)
+        self.latency_route_bytes = mamba2_latency_route_bytes(self.shape, self.cfg)
+
+    def flushes_every_row(self, batch: int) -> bool:
+        """Whether a replay step of `batch` rows takes the latency route (every row flushes; config.py)."""
+        sh = self.shape
+        return batch * sh.nheads * sh.head_dim * sh.dstate * 4 <= self.latency_route_bytes
+
     ring_x = property(lambda self: self.buffers["ring_x"])
     ring_B = property(lambda self: self.buffers["ring_B"])
     ring_dt = property(lambda self: self.buffers["ring_dt"])
@@ -239,9 +249,30 @@ class GdnStatePool(StatePool):
 
     buffer_specs = staticmethod(gdn_buffer_specs)
 
+    def __init__(self, shape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
+        if cfg is not None and cfg.latency_route_bytes:
+            raise ValueError(f"latency_route_bytes={cfg.latency_route_bytes}: the latency route exists for Mamba-2 "
+                             "layers only so far")
+        super().__init__(shape, num_slots, cfg, device)
+
     ring_u = property(lambda self: self.buffers["ring_u"])
     ring_k = property(lambda self: self.buffers["ring_k"])
     ring_g = property(lambda self: self.buffers["ring_g"])
+
+
+def mamba2_latency_route_bytes(shape: Mamba2LayerShape, cfg: ReplayConfig) -> int:
+    """The latency route's limit for a Mamba-2 layer (config.py): the config's value, its default where the
+    kernels support the route (fp32 checkpoint, no read copy, head_dim * dstate <= CURSOR_REPLICAS * 1024: each
+    of a head's fp32 warp tiles owns a cursor replica), 0 where they do not; an explicit limit they cannot honour
+    is an error."""
+    fits = (cfg.state_dtype == torch.float32 and cfg.read_format == "none"
+            and shape.head_dim * shape.dstate <= CURSOR_REPLICAS * 1024)
+    if cfg.latency_route_bytes is None:
+        return DEFAULT_LATENCY_ROUTE_BYTES if fits else 0
+    if cfg.latency_route_bytes and not fits:
+        raise ValueError(f"latency_route_bytes={cfg.latency_route_bytes} needs head_dim * dstate <= "
+                         f"{CURSOR_REPLICAS * 1024} (got {shape.head_dim} * {shape.dstate})")
+    return cfg.latency_route_bytes
 
 
 def _per_slot(v):

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from trtllm_replayssm.config import DTYPE_CODES, GdnLayerShape, Mamba2LayerShape, ReplayConfig, parse_dtype
+from trtllm_replayssm.pool import mamba2_latency_route_bytes
 
 PLUGIN_NAMESPACE = "trtllm_replayssm"
 PLUGIN_VERSION = "1"
@@ -81,7 +82,9 @@ def mamba2_decode_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, *, mode: st
             "buffer_len": cfg.buffer_len, "mode": int(mode == "replay"),
             "state_dtype": DTYPE_CODES[cfg.state_dtype], "act_dtype": DTYPE_CODES[cfg.act_dtype],
             "has_z": int(has_z), "has_D": int(has_D), "has_dt_bias": int(has_dt_bias),
-            "dt_softplus": int(dt_softplus), "pad_slot_id": pad_slot_id}
+            "dt_softplus": int(dt_softplus), "pad_slot_id": pad_slot_id,
+            # the latency route (config.py), in KiB; the ops' pools resolve the same limit
+            "latency_route_kib": mamba2_latency_route_bytes(shape, cfg) // 1024 if mode == "replay" else 0}
 
 
 def mamba2_decode_inputs(fields: dict) -> list[str]:
@@ -112,6 +115,7 @@ def mamba2_verify_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, window: int
     _check_mode(mode, ("replay", "snapshot"))
     fields = mamba2_decode_fields(shape, cfg, has_z=has_z, has_D=has_D, has_dt_bias=has_dt_bias,
                                   dt_softplus=dt_softplus, pad_slot_id=pad_slot_id)
+    fields.pop("latency_route_kib")  # a standard decode setting: the verify has its own flush rule
     return {**{k: fields[k] for k in ("nheads", "head_dim", "dstate", "ngroups")}, "window": int(window),
             **fields, "mode": int(mode == "replay")}
 

@@ -93,6 +93,26 @@ static rssm_status validate_read_copy(const rssm_mamba2_decode_params& p) {
   return RSSM_OK;
 }
 
+// The latency route's field: 0, or an fp32 checkpoint without read copy whose head tiles each own a cursor replica.
+static rssm_status validate_latency_route(const rssm_mamba2_decode_params& p) {
+  if (p.latency_route_bytes == 0) return RSSM_OK;
+  if (p.latency_route_bytes < 0)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld is negative",
+                static_cast<long long>(p.latency_route_bytes));
+  if (p.mode != RSSM_MAMBA2_REPLAY)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs mode=1 (replay), got mode=%d",
+                static_cast<long long>(p.latency_route_bytes), p.mode);
+  if (p.state_dtype != RSSM_DTYPE_FP32 || p.read_format != RSSM_READ_NONE)
+    return fail(RSSM_ERR_INVALID_ARGUMENT,
+                "latency_route_bytes=%lld needs an fp32 checkpoint without read copy (state_dtype=%d, read_format=%d)",
+                static_cast<long long>(p.latency_route_bytes), p.state_dtype, p.read_format);
+  if (!latency_route_fits(p.head_dim, p.dstate))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs head_dim * dstate <= %d, got %d * %d",
+                static_cast<long long>(p.latency_route_bytes), kLatencyRouteMaxHeadElems, p.head_dim,
+                p.dstate);
+  return RSSM_OK;
+}
+
 static rssm_status validate(const rssm_mamba2_decode_params& p) {
   if (p.mode != RSSM_MAMBA2_CONVENTIONAL && p.mode != RSSM_MAMBA2_REPLAY)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = conventional, 1 = replay)", p.mode);
@@ -133,7 +153,8 @@ static rssm_status validate(const rssm_mamba2_decode_params& p) {
     const NamedPtr ring[] = {{p.ring_x, "ring_x"}, {p.ring_B, "ring_B"}, {p.ring_dt, "ring_dt"}, {p.cursor, "cursor"}};
     if (const rssm_status st = check_pointers(ring, "required by replay mode", true)) return st;
   }
-  return validate_read_copy(p);
+  if (const rssm_status st = validate_read_copy(p)) return st;
+  return validate_latency_route(p);
 }
 
 }  // namespace mamba2

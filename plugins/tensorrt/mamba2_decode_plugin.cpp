@@ -9,7 +9,7 @@ namespace trt {
 using nvinfer1::DataType;
 using Cfg = Mamba2DecodeConfig;
 
-std::array<FieldSpec<Cfg>, 13> const Mamba2Decode::kFields = {{
+std::array<FieldSpec<Cfg>, 14> const Mamba2Decode::kFields = {{
     {"nheads", &Cfg::nheads, true, 1, 65535},
     {"head_dim", &Cfg::head_dim, true, 1, 65535},
     {"dstate", &Cfg::dstate, true, 1, 65535},
@@ -23,6 +23,7 @@ std::array<FieldSpec<Cfg>, 13> const Mamba2Decode::kFields = {{
     {"has_dt_bias", &Cfg::has_dt_bias, false, 0, 1},
     {"dt_softplus", &Cfg::dt_softplus, false, 0, 1},
     {"pad_slot_id", &Cfg::pad_slot_id, false, INT32_MIN, INT32_MAX},
+    {"latency_route_kib", &Cfg::latency_route_kib, false, 0, INT32_MAX},
 }};
 
 IOTable<Mamba2Decode::kRoles> Mamba2Decode::make_io(Cfg const& cfg) {
@@ -78,6 +79,7 @@ static void fill_config(Cfg const& cfg, rssm_mamba2_decode_params& p) {
   p.nheads = cfg.nheads, p.head_dim = cfg.head_dim, p.dstate = cfg.dstate, p.ngroups = cfg.ngroups;
   p.buffer_len = cfg.buffer_len, p.pad_slot_id = cfg.pad_slot_id, p.mode = cfg.mode;
   p.state_dtype = cfg.state_dtype, p.act_dtype = cfg.act_dtype, p.dt_softplus = cfg.dt_softplus;
+  p.latency_route_bytes = int64_t{cfg.latency_route_kib} * 1024;
   const int64_t hp = int64_t{cfg.nheads} * cfg.head_dim, gn = int64_t{cfg.ngroups} * cfg.dstate;
   p.x_batch_stride = p.z_batch_stride = p.y_batch_stride = hp;
   p.x_head_stride = p.z_head_stride = p.y_head_stride = cfg.head_dim;

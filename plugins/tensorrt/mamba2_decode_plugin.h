@@ -14,6 +14,7 @@ struct Mamba2DecodeConfig {
   int32_t state_dtype = RSSM_DTYPE_FP32, act_dtype = RSSM_DTYPE_BF16;
   int32_t has_z = 1, has_D = 1, has_dt_bias = 1, dt_softplus = 1;
   int32_t pad_slot_id = -1;
+  int32_t latency_route_kib = 0;  // replay: the latency route's limit in KiB (params.h latency_route_bytes); 0 off
 };
 
 struct Mamba2Decode {
@@ -21,7 +22,7 @@ struct Mamba2Decode {
   enum Role { X, DT, B, C, Z, A, D, DT_BIAS, SLOT_IDX, STATE, RING_X, RING_B, RING_DT, CURSOR, kRoles };
   static constexpr char const* kName = "ReplaySSMMamba2Decode";
   static constexpr char const* kVersion = "1";
-  static std::array<FieldSpec<Config>, 13> const kFields;
+  static std::array<FieldSpec<Config>, 14> const kFields;
   static constexpr std::array<char const*, kRoles> kRoleNames = {
       "x", "dt", "B", "C", "z", "A", "D", "dt_bias", "slot_idx", "state", "ring_x", "ring_B", "ring_dt", "cursor"};
 

@@ -99,6 +99,7 @@ def replay_decode(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
 
     Each row reads its slot's cursor on the device: rows with fewer than L-1 records take the output-only
     route and append their record; rows at L-1 records flush (rebuild and store the checkpoint, empty ring).
+    A step of few rows (pool.flushes_every_row(batch), the latency route of config.py) flushes every row.
     """
     _check(x.dtype == pool.cfg.act_dtype if isinstance(x, torch.Tensor) else False,
            f"x has dtype {dtype_name(getattr(x, 'dtype', None))} but the pool's act_dtype is "
@@ -117,7 +118,7 @@ def replay_decode(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_soft
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, x, dt, B, C, A, D, z, dt_bias, dt_softplus,
                             slot_idx, pad_slot_id, y, pool.ring_x, pool.ring_B, pool.ring_dt, pool.cursor,
                             pool.buffer_len, fmt, pool.buffers.get("read_state"), pool.buffers.get("read_scale"),
-                            pool.buffers.get("read_block_scale"))
+                            pool.buffers.get("read_block_scale"), pool.latency_route_bytes)
     kernels.launch(p, x.device)
     return y
 

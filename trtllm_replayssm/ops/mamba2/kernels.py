@@ -28,6 +28,7 @@ class Mamba2DecodeParams(ctypes.Structure):
                                      "B_batch_stride", "B_group_stride", "C_batch_stride", "C_group_stride",
                                      "z_batch_stride", "z_head_stride", "y_batch_stride", "y_head_stride")]
     _fields_ += [("read_format", _i32), ("read_state", _ptr), ("read_scale", _ptr), ("read_block_scale", _ptr)]
+    _fields_ += [("latency_route_bytes", _i64)]
 
 
 def _ptr_of(t):
@@ -40,10 +41,11 @@ def _strides2(t):
 
 def fill_params(mode, state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, pad_slot_id, y,
                 ring_x=None, ring_B=None, ring_dt=None, cursor=None, buffer_len=1, read_format="none",
-                read_state=None, read_scale=None, read_block_scale=None) -> Mamba2DecodeParams:
+                read_state=None, read_scale=None, read_block_scale=None,
+                latency_route_bytes=0) -> Mamba2DecodeParams:
     """read_format (a key of READ_FORMAT_CODES) with its buffers read_state / read_scale / read_block_scale
     (replay only; the pool's buffers of the same names): the output-only route reads the copy, flush rows
-    rewrite it."""
+    rewrite it. latency_route_bytes: the latency route's limit (replay only; params.h, config.py)."""
     p = Mamba2DecodeParams()
     p.batch, p.nheads, p.head_dim = x.shape[0], x.shape[1], x.shape[2]
     p.dstate, p.ngroups = B.shape[2], B.shape[1]
@@ -56,6 +58,7 @@ def fill_params(mode, state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_id
                     ("read_scale", read_scale), ("read_block_scale", read_block_scale)):
         setattr(p, name, _ptr_of(t))
     p.read_format = READ_FORMAT_CODES[read_format]
+    p.latency_route_bytes = latency_route_bytes
     for name, t in (("x", x), ("dt", dt), ("B", B), ("C", C), ("z", z), ("y", y)):
         s0, s1 = _strides2(t)
         setattr(p, f"{name}_batch_stride", s0)

@@ -11,6 +11,8 @@ record h (t = h + 1 records; ring position of record j = (origin + j) mod L):
     flush     (h = L-1): S = abar S0 + sum_j (w_j x_j) B_jᵀ ; store S ; y = S C ; h := 0
 With a read copy (ReplayConfig.read_format) the output-only route reads S0 from it; the flush reads the
 checkpoint and rewrites the copy from the new fp32 state.
+The latency route (config.py; Mamba2StatePool.flushes_every_row): a step of few enough rows flushes every row,
+whatever its history; at h = 0 that is the conventional step.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
                             slot_idx=None, pad_slot_id=-1, out=None):
     """ReplaySSM step over a Mamba2StatePool (updated in place: ring, cursor, checkpoint on flush rows)."""
     cd = torch.float64 if pool.checkpoint.dtype == torch.float64 else torch.float32
-    L = pool.buffer_len  # a row flushes when its history reaches L - 1
+    L = pool.buffer_len  # a row flushes when its history reaches L - 1, or always on the latency route
+    flush_all = pool.flushes_every_row(x.shape[0])
     hpg = pool.shape.heads_per_group
     y = torch.empty_like(x) if out is None else out
     dtp = process_dt(dt, dt_bias, dt_softplus, torch.float32).to(cd)  # the kernels keep dt in fp32
@@ -73,7 +76,7 @@ def replay_decode_reference(pool, x, dt, B, C, A, D=None, z=None, dt_bias=None, 
         Bg = torch.cat([pool.ring_B[s][:, pos].to(cd).transpose(0, 1), B[b:b + 1].to(cd)])  # [t, G, N]
         Bw = Bg.repeat_interleave(hpg, dim=1)
         Ch = C[b].to(cd).repeat_interleave(hpg, dim=0)
-        flush = h == L - 1
+        flush = flush_all or h == L - 1
         # The recurrence (flush) reads the checkpoint; the output-only route reads the read copy if any.
         S0 = pool.checkpoint[s] if flush else pool.read_state(s)
         yb, S = replay_row(S0.to(cd), xw, dtw, Bw, Ch, Af, flush)

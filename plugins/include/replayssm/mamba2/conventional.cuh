@@ -6,8 +6,19 @@
 //
 // Per head (state S is P x N); a warp owns RW rows of P:
 //   dt = softplus(dt + dt_bias);  S <- exp(A dt) S + (dt x) Bᵀ;  y = S C + D x;  y *= silu(z);  store S
+//
+// Replay (the latency route; params.h latency_route_bytes, chosen in mamba2/decode.cuh): the same kernel on a
+// ReplaySSM pool, every row flushing. A row whose cursor holds no record (history 0) takes exactly the step
+// above, so it matches the conventional kernel bit for bit and writes no cursor. A row with h > 0 records first
+// folds them, as the flush route of decode.cuh does (the same fp32 operations in the same order):
+//   w_j = dt_j exp(A sum_{i>j} dt_i) over the window (records 0 .. h-1, the current token h), abar = exp(A sum dt)
+//   S <- abar S0 + sum_{j<h} (w_j x_j) B_jᵀ, then the current token as above with its weight w_h = dt, exp(0) = 1
+// and sets history 0 in the cursor replicas its tile owns (tile, tile + tiles, ...: every replica has one owner
+// and no other warp reads it, which needs tiles <= RSSM_CURSOR_REPLICAS: latency_route_fits).
 #pragma once
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
@@ -18,7 +29,60 @@ namespace mamba2 {
 
 constexpr int kConventionalWarpsPerBlock = 4;
 
-template <typename StateT, typename ActT, int N>
+// The latency route's limit: a head's fp32 tiles (P * N / 1024 of them, Tiling<float, N>::RW = 1024 / N rows
+// each) must each own a cursor replica.
+constexpr int kLatencyRouteMaxHeadElems = RSSM_CURSOR_REPLICAS * 1024;
+__host__ __device__ inline bool latency_route_fits(int head_dim, int dstate) {
+  return head_dim * dstate <= kLatencyRouteMaxHeadElems;
+}
+
+// The latency route's fold of a row's h > 0 ring records into the thread's fp32 checkpoint vectors s (the
+// tiling of Tiling<float, N>; rows row0 + i * RPI): the window weights from the ring dt and the current dt (one
+// or two records per lane, warp_suffix_sums as decode.cuh), S <- abar_window S0, then S += (w_j x_j) B_jᵀ for
+// j = 0 .. h-1 in that order. Leaves the current token (weight dt) to the caller.
+template <typename ActT, int N>
+__device__ __forceinline__ void fold_records(const rssm_mamba2_decode_params& p,
+                                             float (&s)[Tiling<float, N>::KI][Tiling<float, N>::NV][Tiling<float, N>::VEC],
+                                             int slot, int head, int group, int row0, int hist, int origin, float dt,
+                                             float& abar, int lane) {
+  using Tl = Tiling<float, N>;
+  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI;
+  const int L = p.buffer_len, H = p.nheads, P = p.head_dim, col_lane = lane % LPR;
+  const float A = p.A[head];
+  const float* rdt = p.ring_dt + (static_cast<int64_t>(slot) * H + head) * round_up(L, 4);
+  auto dt_of = [&](int j) { return j < hist ? rdt[ring_pos(origin, j, L)] : (j == hist ? dt : 0.f); };
+  const float d0 = dt_of(lane), d1 = dt_of(lane + 32);
+  float ex0, ex1, total;
+  warp_suffix_sums(d0, d1, ex0, ex1, total);
+  const float w0 = d0 * expf(A * ex0), w1 = d1 * expf(A * ex1);
+  abar = expf(A * total);
+#pragma unroll
+  for (int i = 0; i < KI; ++i)
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
+  const ActT* const rx = static_cast<const ActT*>(p.ring_x) + (static_cast<int64_t>(slot) * H + head) * L * P + row0;
+  const ActT* const rB = static_cast<const ActT*>(p.ring_B) + (static_cast<int64_t>(slot) * p.ngroups + group) * L * N;
+#pragma unroll 1
+  for (int j = 0; j < hist; ++j) {
+    const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j % 32);
+    const int pos = ring_pos(origin, j, L);
+    float Bj[NV][VEC];
+#pragma unroll
+    for (int v = 0; v < NV; ++v) load_vec<ActT, VEC>(rB + pos * N + (v * LPR + col_lane) * VEC, Bj[v]);
+#pragma unroll
+    for (int i = 0; i < KI; ++i) {
+      const float cx = wj * to_float(rx[pos * P + i * RPI]);
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[i][v][e] = fmaf(cx, Bj[v][e], s[i][v][e]);
+    }
+  }
+}
+
+template <typename StateT, typename ActT, int N, bool kReplay>
 __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     conventional_warp_kernel(const __grid_constant__ rssm_mamba2_decode_params p) {
   using Tl = Tiling<StateT, N>;
@@ -58,8 +122,22 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
   dt += p.dt_bias ? p.dt_bias[head] : 0.f;
   dt = p.dt_softplus ? softplus_thresholded(dt) : dt;
-  const float abar = expf(p.A[head] * dt);
+  float abar = expf(p.A[head] * dt);
   const ActT* xg = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride + tile * RW;
+  if constexpr (kReplay) {
+    static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
+    const int L = p.buffer_len;
+    int32_t* const cur = p.cursor + (static_cast<int64_t>(slot) * H + head) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    const int hist = clamp_history(cur[tile * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);  // replica `tile`
+    if (hist > 0) {  // warp-uniform: fold the window's records (their S0 is scaled by the window's abar here)
+      const int origin = wrap_origin(cur[tile * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
+      fold_records<ActT, N>(p, s, slot, head, group, tile * RW + seg, hist, origin, dt, abar, lane);
+      abar = 1.f;  // the current token below: S * 1 (exact), then its update with w_h = dt
+      // WRITES history 0 into the replicas this tile owns (no other warp of this launch reads them)
+      for (int r = tile; r < RSSM_CURSOR_REPLICAS; r += tiles)
+        if (lane == 0) cur[r * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = 0;
+    }
+  }
 
   // S = abar S0 + (dt x) Bᵀ at this thread's rows
   float xv[KI];
@@ -102,13 +180,14 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
 }
 
 // Host launch of the conventional step (params already validated): one warp per (head, tile of RW rows),
-// kConventionalWarpsPerBlock warps per block, one grid row per batch row.
-template <typename StateT, typename ActT, int N>
+// kConventionalWarpsPerBlock warps per block, one grid row per batch row. kReplay: the latency route over a
+// ReplaySSM pool (fp32 checkpoint; see the header comment).
+template <typename StateT, typename ActT, int N, bool kReplay = false>
 cudaError_t launch_conventional_warp(const rssm_mamba2_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, N>;
   const int units = p.nheads * (p.head_dim / Tl::RW);
   const dim3 grid((units + kConventionalWarpsPerBlock - 1) / kConventionalWarpsPerBlock, p.batch);
-  conventional_warp_kernel<StateT, ActT, N><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
+  conventional_warp_kernel<StateT, ActT, N, kReplay><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

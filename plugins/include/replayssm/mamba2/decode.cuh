@@ -753,6 +753,12 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     // The conventional step: one warp per tile of state rows (mamba2/conventional.cuh), bit-identical to
     // launch_mode<..., false, void>, which the replay kernel's L = 1 semantics are tested against.
     if (p.mode != RSSM_MAMBA2_REPLAY) return launch_conventional_warp<StateT, ActT, N>(p, stream);
+    // The latency route (params.h latency_route_bytes): a step small enough to be latency-bound flushes every
+    // row in the conventional kernel's mapping (validation checked the state dtype, the copy and the shape).
+    if constexpr (std::is_same_v<StateT, float>)
+      if (p.latency_route_bytes > 0 &&
+          static_cast<int64_t>(p.batch) * p.nheads * p.head_dim * N * 4 <= p.latency_route_bytes)
+        return launch_conventional_warp<StateT, ActT, N, true>(p, stream);
   }
   if constexpr (kSplitRoutes<StateT, ActT, N, CopyT>) {
     int smem_per_sm = 0, sms = 0;

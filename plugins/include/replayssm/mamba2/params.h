@@ -67,6 +67,14 @@ typedef struct rssm_mamba2_decode_params {
                         // amax of 4 rows / (448 * 6); 4-byte aligned. WRITTEN: flush rows
   void* read_block_scale;  // nvfp4 only: [num_slots, H, P, N/16] e4m3, one per 16 elements; 16-byte aligned.
                            // WRITTEN: flush rows
+
+  // ---- the latency route (replay only): a step whose rows' checkpoints total at most this many bytes
+  //      (batch * H * P * N * 4 <= latency_route_bytes) flushes every row: the checkpoint takes the window's
+  //      records and the current token, y = S C + D x, history := 0, no ring record written. Small steps are
+  //      latency-bound, so the replay's saving of bytes buys nothing there; at history 0 this is the
+  //      conventional step, bit for bit. 0: never. Needs an fp32 checkpoint, no read copy and P * N <= 8192
+  //      (a head's tiles each own a cursor replica). ----
+  int64_t latency_route_bytes;
 } rssm_mamba2_decode_params;
 
 #ifdef __cplusplus
