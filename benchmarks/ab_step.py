@@ -27,7 +27,7 @@ def _slots(batch, state_bytes):
     return max(2 * batch, math.ceil(4 * L2_BYTES / state_bytes))
 
 
-def mamba2_line(name, batch, L, dev):
+def mamba2_line(name, batch, L, dev, latency_route_bytes=None):
     shape, (H, P, N, G) = Mamba2LayerShape(128, 64, 128, 8), (128, 64, 128, 8)
     slots = _slots(batch, H * P * N * 4)
     A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
@@ -37,7 +37,8 @@ def mamba2_line(name, batch, L, dev):
     B, C = torch.randn(batch, G, N, device=dev).bfloat16(), torch.randn(batch, G, N, device=dev).bfloat16()
     idx = torch.randperm(slots, device=dev)[:batch].to(torch.int32)
     out = torch.empty_like(x)
-    pool = Mamba2StatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
+    pool = Mamba2StatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16,
+                                                      latency_route_bytes=latency_route_bytes), device=dev)
     pool.checkpoint.normal_()
     pool.ring_x.normal_()
     pool.ring_B.normal_()
@@ -80,10 +81,12 @@ def main():
     ap.add_argument("name")
     ap.add_argument("--batches", default="64,256")
     ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--latency-route-bytes", type=int, default=None,
+                    help="Mamba-2 latency route limit (default: the config's; 0 turns the route off)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     for batch in (int(b) for b in args.batches.split(",")):
-        print(mamba2_line(args.name, batch, args.L, dev), flush=True)
+        print(mamba2_line(args.name, batch, args.L, dev, args.latency_route_bytes), flush=True)
         torch.cuda.empty_cache()
         print(gdn_line(args.name, batch, args.L, dev), flush=True)
         torch.cuda.empty_cache()
