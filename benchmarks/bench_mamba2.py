@@ -27,7 +27,7 @@ import torch
 
 from trtllm_replayssm.bench.bytes_model import mamba2_conventional_bytes, mamba2_replay_amortised_bytes
 from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
-from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import CURSOR_HISTORY, DEFAULT_LATENCY_ROUTE_BYTES, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.pool import Mamba2StatePool
 
@@ -142,7 +142,10 @@ def render(rows, copy_gbs, Ls, device_name):
              f"and at the best launch settings of a sweep; `replay Lk` = ReplaySSM amortised over k steps with "
              f"staggered flush phases. Ratios are against the faster conventional kernel; TB/s is the bytes model "
              f"(trtllm_replayssm/bench/bytes_model.py) over the time. Non-flush / all-flush: one step with every row "
-             f"on the output-only route (history L/2) or every row flushing (L=16).", ""]
+             f"on the output-only route (history L/2) or every row flushing (L=16). Steps whose rows' checkpoints "
+             f"total at most {DEFAULT_LATENCY_ROUTE_BYTES >> 20} MiB take the latency route (the library's "
+             f"default, docs/mamba2.md): every row flushes in the conventional kernel's mapping, so there `replay` "
+             f"is the steady state (history 0) and non-flush / all-flush fold L/2 or L-1 records first.", ""]
     head = ["shape", "batch", "conv µs", "mamba-ssm default", "mamba-ssm best (cfg)", "conv TB/s"]
     for L in Ls:
         head += [f"replay L{L} µs", "x"]
