@@ -77,11 +77,14 @@ def _quiet(monkeypatch):
     warnings.filterwarnings("ignore")
 
 
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "default"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_rewritten_model_decodes_like_transformers(name):
+def test_rewritten_model_decodes_like_transformers(name, latency_route_bytes):
+    """Greedy decoding through the rewritten model equals transformers' (tokens, logits within LOGIT_TOL), with
+    the ring (latency route off) and with the library's default (Mamba-2's small steps take the latency route)."""
     model = make_model(name)
     ref = greedy_decode(model, PROMPTS, STEPS)
-    rw = rewrite(model, ReplayConfig(L, "fp32", "fp32"), num_slots=8)
+    rw = rewrite(model, ReplayConfig(L, "fp32", "fp32", latency_route_bytes=latency_route_bytes), num_slots=8)
     kinds = {layer.kind for layer in rw.layers.values()}
     assert kinds == ({"mamba2"} if name == "nemotron_h" else {"gdn"})
     # Slots out of order, from an allocator with some slots taken: slot indices are exercised.

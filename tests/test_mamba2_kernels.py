@@ -12,6 +12,7 @@ from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_ma
 from oracle import SequentialOracle
 from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN, Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
+from trtllm_replayssm.pool import Mamba2StatePool
 from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
                                                           replay_decode_reference)
 
@@ -57,8 +58,10 @@ def test_replay_kernel_matches_reference(dtypes, P, N, L):
     _check_replay_steps(dtypes, P, N, L, latency_rows=0)
 
 
-# fp32 checkpoints whose heads fit eight warp tiles: the shapes the latency route takes
-LATENCY_CASES = [c for c in CASES if c[0][0] == F32 and c[1] * c[2] <= 8192]
+# fp32 checkpoints whose heads fit eight warp tiles: the shapes the latency route takes (80 x 64: five tiles, so
+# replicas 0-2 have two owners' writes and 3-4 one; 128 x 64: eight tiles of 16 rows)
+LATENCY_CASES = [c for c in CASES if c[0][0] == F32 and c[1] * c[2] <= 8192] + [
+    ((F32, BF16), 80, 64, 16), ((F32, F16), 128, 64, 16)]
 
 
 @pytest.mark.parametrize("dtypes, P, N, L", LATENCY_CASES, ids=lambda v: _id(v))
@@ -113,6 +116,36 @@ def _check_replay_steps(dtypes, P, N, L, latency_rows):
         assert rel_err(pool.ring_dt, ref.ring_dt) < 1e-6, f"step {step}: ring dt differs"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(*dtypes), f"step {step}: checkpoint differs"
     assert latency_rows == 0 or L == 1 or folded > 0, "no latency step met a row with records to fold"
+
+
+@pytest.mark.parametrize("P, N, L", [(64, 128, 16), (80, 64, 8), (128, 64, 32), (64, 64, 64)])
+def test_latency_route_fold_equals_the_combined_kernels_flush_bitwise(P, N, L):
+    """Every row at history L-1, one step on the latency route and one on the combined kernel (limit 0) from the
+    same pool: the fold performs the flush's fp32 operations in the same order, so every buffer is bit-identical
+    (checkpoint, cursors back at 0, rings untouched by both); y within two bf16 roundings (other read-out order)."""
+    shape = Mamba2LayerShape(nheads=8, head_dim=P, dstate=N, ngroups=2)
+    dev = torch.device("cuda")
+    lat = random_pool(shape, 7, ReplayConfig(L, F32, BF16), dev, desync=False)
+    lat.set_cursor(slice(None), L - 1, torch.randint(0, L, (7,), device=dev, dtype=torch.int32))
+    ring = Mamba2StatePool(shape, 7, ReplayConfig(L, F32, BF16, latency_route_bytes=0), device=dev)
+    for name, t in lat.buffers.items():
+        ring.buffers[name].copy_(t)
+    assert lat.flushes_every_row(6) and not ring.flushes_every_row(6)
+    A, D, dt_bias = layer_params(shape, dev)
+    slots = slot_map(6, 7, n_pad=1, device=dev)
+    x, dt, B, C, z = step_inputs(shape, 6, BF16, dev)
+    outs = []
+    for pool in (lat, ring):
+        out = torch.full_like(x, float("nan"))
+        replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
+        outs.append(out)
+    torch.cuda.synchronize()
+    for name, t in lat.buffers.items():
+        assert torch.equal(t, ring.buffers[name]), f"{name} differs from the combined kernel's flush"
+    live = slots >= 0
+    assert torch.isnan(outs[0][~live]).all() and not torch.isnan(outs[0][live]).any()
+    a, b = outs[0][live].float(), outs[1][live].float()
+    torch.testing.assert_close(a, b, rtol=2 ** -6, atol=2 ** -6 * float(b.abs().max()))
 
 
 @pytest.mark.parametrize("act_dtype", [F32, F16, BF16], ids=dtype_name)

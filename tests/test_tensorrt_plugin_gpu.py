@@ -109,9 +109,11 @@ def _check_finals(drv, expected: dict):
 
 # ---- decode
 
-def test_mamba2_decode_plugin_matches_ops_and_reference(tmp_path):
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "latency_route"])
+def test_mamba2_decode_plugin_matches_ops_and_reference(tmp_path, latency_route_bytes):
     torch.manual_seed(0)
-    shape, cfg, slots, batch, nsteps = Mamba2LayerShape(8, 64, 64, 2), ReplayConfig(4, "fp32", "bf16"), 7, 5, 11
+    cfg = ReplayConfig(4, "fp32", "bf16", latency_route_bytes=latency_route_bytes)
+    shape, slots, batch, nsteps = Mamba2LayerShape(8, 64, 64, 2), 7, 5, 11
     pool = mamba2_cases.random_pool(shape, slots, cfg, DEV)
     ref = pool.clone("cpu")
     A, D, dt_bias = mamba2_cases.layer_params(shape, DEV)

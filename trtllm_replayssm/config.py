@@ -6,6 +6,8 @@ the two agree.
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass
 
 import torch
@@ -165,7 +167,8 @@ class ReplayConfig:
         if self.read_format not in READ_FORMATS:
             raise ValueError(f"read_format={self.read_format!r} is not supported (supported: {', '.join(READ_FORMATS)})")
         if self.latency_route_bytes is not None:
-            if not isinstance(self.latency_route_bytes, int) or self.latency_route_bytes < 0:
+            if (isinstance(self.latency_route_bytes, bool) or not isinstance(self.latency_route_bytes, numbers.Integral)
+                    or self.latency_route_bytes < 0):
                 raise ValueError(f"latency_route_bytes={self.latency_route_bytes!r} must be None or an int >= 0")
             if self.latency_route_bytes and (self.state_dtype != torch.float32 or self.read_format != "none"):
                 raise ValueError(f"latency_route_bytes={self.latency_route_bytes} needs state_dtype=fp32 and "

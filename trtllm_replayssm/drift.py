@@ -48,7 +48,9 @@ def run_drift(steps: int, shape: Mamba2LayerShape, batch: int = 2, buffer_len: i
     for name in configs:
         kind, fmt = CONFIGS[name]
         if kind == "replay":
-            pool = Mamba2StatePool(shape, batch, ReplayConfig(buffer_len, torch.float32, torch.float32, fmt), device)
+            # latency route off: the drift of the ring's arithmetic is what the replay rows measure
+            pool = Mamba2StatePool(shape, batch, ReplayConfig(buffer_len, torch.float32, torch.float32, fmt,
+                                                              latency_route_bytes=0), device)
             for s in range(batch):
                 pool.reset_slot(s, S_init[s])
             runs[name] = (kind, fmt, pool)

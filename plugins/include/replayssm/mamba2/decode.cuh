@@ -756,7 +756,7 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     // The latency route (params.h latency_route_bytes): a step small enough to be latency-bound flushes every
     // row in the conventional kernel's mapping (validation checked the state dtype, the copy and the shape).
     if constexpr (std::is_same_v<StateT, float>)
-      if (p.latency_route_bytes > 0 &&
+      if (p.latency_route_bytes > 0 && latency_route_fits(p.head_dim, N) &&
           static_cast<int64_t>(p.batch) * p.nheads * p.head_dim * N * 4 <= p.latency_route_bytes)
         return launch_conventional_warp<StateT, ActT, N, true>(p, stream);
   }
