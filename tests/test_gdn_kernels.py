@@ -83,20 +83,26 @@ def _raw_reference_inputs(q, k, v, a, b, A_log, dt_bias):
     return qp.to(v.dtype), kp.to(v.dtype), g, beta
 
 
-def _check_replay_against_reference(dtypes, dims, L, kda=False, raw=False, gate_dtype=F32):
+def _check_replay_against_reference(dtypes, dims, L, kda=False, raw=False, gate_dtype=F32, latency_rows=0):
     """3L+3 steps from desynchronised cursors and origins, shuffled slots, a padding row, fresh inputs each step
     (on odd steps v, the gates and out are views with a wider batch stride): y, checkpoint, ring and cursors
     follow the reference; checkpoints of non-flush rows stay bit-identical; padded rows and unused slots are
     untouched; every non-padded output is written and nothing outside `out`'s view is. raw: q, k of any norm
-    and the gates a, b, A_log, dt_bias go to the kernel as they are."""
+    and the gates a, b, A_log, dt_bias go to the kernel as they are. latency_rows: the latency route's limit at
+    that many rows' checkpoints, every third step that many rows (every row flushes, folding its records), the
+    others six rows (the ring routes); 0: the ring routes only."""
     state_dtype, act_dtype = dtypes
     shape = GdnLayerShape(*dims, per_channel_decay=kda)
     HV, V = shape.num_v_heads, shape.head_v_dim
-    pool = random_pool(shape, 9, ReplayConfig(L, state_dtype, act_dtype), DEV)
+    cfg = ReplayConfig(L, state_dtype, act_dtype, latency_route_bytes=latency_rows * HV * V * shape.head_k_dim * 4)
+    pool = random_pool(shape, 9, cfg, DEV)
     ref = clone_pool(pool)
     A_log, dt_bias = gate_params(shape, DEV)
-    batch = 6
+    folded = 0
     for step in range(3 * L + 3):
+        latency = latency_rows > 0 and step % 3 == 0
+        batch = latency_rows if latency else 6
+        assert pool.flushes_every_row(batch) == latency
         slots = slot_map(batch, 9, n_pad=1, device=DEV)
         out_big = poisoned((batch, HV + 2 * (step % 2), V), act_dtype, DEV)
         out = out_big[:, :HV]
@@ -125,6 +131,8 @@ def _check_replay_against_reference(dtypes, dims, L, kda=False, raw=False, gate_
             if s not in used:
                 for name, t in pool.buffers.items():
                     assert torch.equal(t[s], before.buffers[name][s]), f"step {step}: unused slot {s} {name}"
+            elif latency:
+                folded += int(hist_before[s]) > 0
             elif int(hist_before[s]) < L - 1:
                 assert torch.equal(pool.checkpoint[s], before.checkpoint[s]), \
                     f"step {step}: checkpoint of non-flush slot {s} changed"
@@ -136,11 +144,62 @@ def _check_replay_against_reference(dtypes, dims, L, kda=False, raw=False, gate_
             assert torch.equal(pool.ring_g, ref.ring_g), f"step {step}: ring g records differ"
         assert rel_err(pool.ring_u, ref.ring_u) < tol(*dtypes), f"step {step}: ring u records differ"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(*dtypes), f"step {step}: checkpoint differs"
+    assert latency_rows == 0 or L == 1 or folded > 0, "no latency step met a row with records to fold"
 
 
 @pytest.mark.parametrize("dtypes, dims, L", CASES, ids=_id)
 def test_replay_kernel_matches_reference(dtypes, dims, L):
     _check_replay_against_reference(dtypes, dims, L)
+
+
+# The latency route's shapes: V K / 1024 tiles per head in blocks of four (4 tiles: one block; 16; 32: eight
+# blocks, every replica one owner), fp32 checkpoint.
+LATENCY_CASES = [((F32, BF16), BASE, 16), ((F32, F32), (1, 2, 64, 64), 4), ((F32, F16), (2, 8, 128, 256), 8),
+                 ((F32, BF16), (1, 4, 256, 64), 32), ((F32, BF16), (2, 4, 64, 256), 64)]
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["prepared", "raw"])
+@pytest.mark.parametrize("dtypes, dims, L", LATENCY_CASES, ids=_id)
+def test_latency_route_kernel_matches_reference(dtypes, dims, L, raw):
+    """The same checks with steps of three rows on the latency route (every row flushes in the conventional
+    kernel's mapping, folding the records its ring holds; raw inputs prepared there) between steps of six on the
+    ring routes: the kernels leave and pick up each other's cursors."""
+    _check_replay_against_reference(dtypes, dims, L, raw=raw, latency_rows=3)
+
+
+@pytest.mark.parametrize("dims", [BASE, (1, 2, 64, 64), (2, 8, 128, 256)], ids=_id)
+def test_latency_route_at_history_zero_equals_the_conventional_kernel_bitwise(dims):
+    """A step on the latency route (the default for these small steps) with every cursor at history 0 is the
+    conventional kernel's step bit for bit on prepared inputs (y and checkpoint), and writes no cursor or ring
+    record; with raw inputs (prepared in the kernel) it follows the conventional op within rounding."""
+    shape = GdnLayerShape(*dims)
+    pool = random_pool(shape, 7, ReplayConfig(8, F32, BF16), DEV, desync=False)
+    assert pool.flushes_every_row(6) and pool.history().eq(0).all()
+    before = clone_pool(pool)
+    state = pool.checkpoint.clone()
+    A_log, dt_bias = gate_params(shape, DEV)
+    for step in range(4):
+        slots = slot_map(6, 7, n_pad=1, device=DEV)
+        live = slots >= 0
+        if step % 2:
+            q, k, v, a, b = raw_step_inputs(shape, 6, BF16, DEV)
+            gates, opts = dict(a=a, b=b, A_log=A_log, dt_bias=dt_bias), {}
+        else:
+            q, k, v, g, beta = _inputs(shape, 6, BF16)
+            gates, opts = dict(g=g, beta=beta), PREPARED
+        y1 = poisoned((6, shape.num_v_heads, shape.head_v_dim), BF16, DEV)
+        gdn_replay_decode(pool, q, k, v, **gates, slot_idx=slots, out=y1, **opts)
+        y2 = gdn_conventional_decode(state, shape, q, k, v, **gates, slot_idx=slots, **opts)
+        assert torch.isnan(y1[~live]).all() and not torch.isnan(y1[live]).any(), f"step {step}"
+        if step % 2:
+            assert rel_err(y1[live], y2[live]) < tol(F32, BF16), f"step {step}: y (raw inputs)"
+            assert rel_err(pool.checkpoint, state) < tol(F32, BF16), f"step {step}: state (raw inputs)"
+            state.copy_(pool.checkpoint)  # the next step starts both from the same state again
+        else:
+            assert torch.equal(y1[live], y2[live]), f"step {step}: y"
+            assert torch.equal(pool.checkpoint, state), f"step {step}: state"
+    for name in ("ring_u", "ring_k", "ring_g", "cursor"):
+        assert torch.equal(pool.buffers[name], before.buffers[name]), f"{name} written on the latency route"
 
 
 # KDA: every dtype pair at K = V = 128, L = 16; then K = V in {64, 128} with L in {1, 4, 16, 64}.
@@ -170,13 +229,15 @@ def test_replay_kernel_with_half_precision_gates_matches_reference(dims, L, kda)
     _check_replay_against_reference((F32, BF16), dims, L, kda=kda, raw=True, gate_dtype=BF16)
 
 
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "default"])
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("L", [4, 16])
-def test_replay_kernel_matches_fp64_recurrence(L, kda):
+def test_replay_kernel_matches_fp64_recurrence(L, kda, latency_route_bytes):
     """fp32 state and activations, raw q, k and gates prepared by the kernel: outputs track the fp64 sequential
-    recurrence over 3L+40 steps, and checkpoint + ring hold the recurrence's state at the end."""
+    recurrence over 3L+40 steps, and checkpoint + ring hold the recurrence's state at the end; through the ring
+    routes, and through the default (GDN: the latency route for these small steps; KDA has none)."""
     shape = GdnLayerShape(2, 8, 128, 128, per_channel_decay=kda)
-    pool = random_pool(shape, 8, ReplayConfig(L, F32, F32), DEV)
+    pool = random_pool(shape, 8, ReplayConfig(L, F32, F32, latency_route_bytes=latency_route_bytes), DEV)
     states = fold_ring(pool)
     A_log, dt_bias = gate_params(shape, DEV)
     for step in range(3 * L + 40):
@@ -202,7 +263,7 @@ def test_replay_l1_equals_conventional_kernel_bitwise(dtypes, kda):
     state_dtype, act_dtype = dtypes
     shape = GdnLayerShape(*BASE, per_channel_decay=kda)
     A_log, dt_bias = gate_params(shape, DEV)
-    pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype), DEV, desync=False)
+    pool = random_pool(shape, 5, ReplayConfig(1, state_dtype, act_dtype, latency_route_bytes=0), DEV, desync=False)
     state = pool.checkpoint.clone()
     for step in range(4):
         slots = slot_map(4, 5, n_pad=1, device=DEV)
@@ -296,13 +357,15 @@ def test_empty_batch_launches_nothing(replay):
         assert torch.equal(t, before.buffers[name]), name
 
 
-def test_replay_step_captured_in_cuda_graph():
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "latency_route"])
+def test_replay_step_captured_in_cuda_graph(latency_route_bytes):
     """One replay step (gating and q/k preparation included) captured once and replayed 2L+3 times with new
     inputs and no host sync: equal bit for bit to the same steps run eagerly, and within tolerance of the
-    reference; the cursor lives and advances on the device."""
+    reference; the cursor lives and advances on the device (ring routes, and the latency route the default takes
+    for this small step)."""
     L = 6
     shape = GdnLayerShape(*BASE)
-    pool = random_pool(shape, 6, ReplayConfig(L, F32, BF16), DEV)
+    pool = random_pool(shape, 6, ReplayConfig(L, F32, BF16, latency_route_bytes=latency_route_bytes), DEV)
     eager, ref = clone_pool(pool), clone_pool(pool)
     A_log, dt_bias = gate_params(shape, DEV)
     slots = slot_map(5, 6, n_pad=1, device=DEV)
@@ -476,7 +539,7 @@ def test_gdn_split_route_matches_the_combined_kernel(monkeypatch, L, V, hpg, act
     H = 2
     shape = GdnLayerShape(H, H * hpg, 128, V)
     num_slots, batch = 9, 7
-    split = random_pool(shape, num_slots, ReplayConfig(L, F32, act_dtype), DEV)
+    split = random_pool(shape, num_slots, ReplayConfig(L, F32, act_dtype, latency_route_bytes=0), DEV)
     per_key = lambda: torch.randint(0, L, (num_slots, H, 1), device=DEV, dtype=torch.int32)  # noqa: E731
     split.cursor[..., CURSOR_HISTORY] = per_key().repeat_interleave(hpg, 1)
     split.cursor[..., CURSOR_ORIGIN] = per_key().repeat_interleave(hpg, 1)
@@ -519,7 +582,7 @@ def test_gdn_split_route_with_every_row_flushing(monkeypatch):
     kernel's, y within two bf16 roundings, every live row flushed."""
     L, batch, num_slots = 8, 300, 304
     shape = GdnLayerShape(2, 16, 128, 128)
-    split = random_pool(shape, num_slots, ReplayConfig(L, F32, BF16), DEV, desync=False)
+    split = random_pool(shape, num_slots, ReplayConfig(L, F32, BF16, latency_route_bytes=0), DEV, desync=False)
     split.set_cursor(slice(None), L - 1, torch.randint(0, L, (num_slots,), device=DEV, dtype=torch.int32))
     combined = clone_pool(split)
     A_log, dt_bias = gate_params(shape, DEV)
@@ -558,7 +621,7 @@ def test_gdn_split_route_matches_fp64_recurrence(monkeypatch, L):
     recurrence keeps fp64)."""
     monkeypatch.setenv("RSSM_ROUTES", "split")
     shape = GdnLayerShape(2, 8, 128, 128)
-    pool = random_pool(shape, 8, ReplayConfig(L, F32, BF16), DEV)
+    pool = random_pool(shape, 8, ReplayConfig(L, F32, BF16, latency_route_bytes=0), DEV)
     states = fold_ring(pool)
     A_log, dt_bias = gate_params(shape, DEV)
     for step in range(3 * L + 40):

@@ -119,7 +119,7 @@ def test_gdn_checkpoint_identical_whatever_the_read_format(act_dtype):
     cursors bit-identical to the kernel run without a copy."""
     L = 4
     shape = GdnLayerShape(4, 16, 128, 128)
-    base = random_pool(shape, 8, ReplayConfig(L, F32, act_dtype), DEV)
+    base = random_pool(shape, 8, ReplayConfig(L, F32, act_dtype, latency_route_bytes=0), DEV)
     pools = {}
     for f in ["none"] + FORMATS:
         pools[f] = copy_pool(shape, 8, ReplayConfig(L, F32, act_dtype, f))
@@ -155,7 +155,7 @@ def test_gdn_flush_writes_the_quantiser_copy(fmt, dims):
         if name.startswith("read_"):
             t.view(torch.uint8).fill_(0x7E)
     stale = clone_pool(pool)
-    plain = random_pool(shape, 6, ReplayConfig(L, F32, BF16), DEV, desync=False)
+    plain = random_pool(shape, 6, ReplayConfig(L, F32, BF16, latency_route_bytes=0), DEV, desync=False)
     for name in RING:
         plain.buffers[name].copy_(pool.buffers[name])
     pool.cursor[..., CURSOR_HISTORY] = L - 1
@@ -189,7 +189,7 @@ def test_gdn_output_reads_the_copy_and_u_the_checkpoint(fmt):
         pool.write_read_copy(s, pool.checkpoint[s] * 3 + 1)
     pool.set_cursor(slice(None), torch.arange(6, device=DEV, dtype=torch.int32) % (L - 1))  # no row flushes
     ref = clone_pool(pool)
-    plain = random_pool(shape, 6, ReplayConfig(L, F32, BF16), DEV, desync=False)
+    plain = random_pool(shape, 6, ReplayConfig(L, F32, BF16, latency_route_bytes=0), DEV, desync=False)
     for name in RING:
         plain.buffers[name].copy_(pool.buffers[name])
     slots = slot_map(5, 6, n_pad=1, device=DEV)

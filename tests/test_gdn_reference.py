@@ -27,8 +27,10 @@ def step_inputs(shape: GdnLayerShape, batch, dtype=torch.float32):
     return q.to(dtype), k.to(dtype), v.to(dtype), g, beta
 
 
-def random_gdn_pool(shape, num_slots, L, device="cpu"):
-    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32)
+def random_gdn_pool(shape, num_slots, L, device="cpu", latency_route_bytes=0):
+    """Random checkpoint and ring, desynchronised cursors; the ring routes unless a latency route limit is given."""
+    cfg = ReplayConfig(buffer_len=L, state_dtype=torch.float32, act_dtype=torch.float32,
+                       latency_route_bytes=latency_route_bytes)
     pool = GdnStatePool(shape, num_slots, cfg, device=device)
     pool.checkpoint.copy_(torch.randn(pool.checkpoint.shape) * 0.5)
     pool.ring_u.copy_(torch.randn(pool.ring_u.shape) * 0.5)
@@ -78,17 +80,30 @@ def test_replay_row_matches_fp64_recurrence(per_channel, h, flush):
         assert rel_err(S_new, S[0]) < 1e-12
 
 
+@pytest.mark.parametrize("latency_rows", [0, 2], ids=["ring", "latency_route"])
 @pytest.mark.parametrize("per_channel", KINDS, ids=KIND_IDS)
 @pytest.mark.parametrize("L", [1, 4, 8])
-def test_pool_replay_matches_recurrence_over_flushes(per_channel, L):
+def test_pool_replay_matches_recurrence_over_flushes(per_channel, L, latency_rows):
     """3L+5 steps from desynchronised cursors and origins, shuffled slots, a padding row; fp32 against fp64
-    (tolerance 5e-5: fp32 arithmetic over <= L replayed terms)."""
+    (tolerance 5e-5: fp32 arithmetic over <= L replayed terms). latency_route: GDN steps alternate between two
+    rows (the latency route: every row flushes, folding its records) and five (the ring); KDA has no latency
+    route, so its pool refuses the limit and the case checks that refusal."""
     shape = GdnLayerShape(2, 4, 64, 64, per_channel_decay=per_channel)
-    pool = random_gdn_pool(shape, num_slots=7, L=L)
+    limit = latency_rows * 4 * 64 * 64 * 4
+    if per_channel and limit:
+        with pytest.raises(ValueError, match="scalar decay"):
+            random_gdn_pool(shape, num_slots=7, L=L, latency_route_bytes=limit)
+        return
+    pool = random_gdn_pool(shape, num_slots=7, L=L, latency_route_bytes=limit)
     states = fold_ring(pool)
+    folded = 0
     for step in range(3 * L + 5):
-        slots = slot_map(5, 7, n_pad=1, device="cpu")
-        q, k, v, g, beta = step_inputs(shape, 5)
+        latency = latency_rows > 0 and step % 3 == 0
+        batch = latency_rows if latency else 5
+        assert pool.flushes_every_row(batch) == latency
+        slots = slot_map(batch, 7, n_pad=1, device="cpu")
+        hist_before = pool.history().clone()
+        q, k, v, g, beta = step_inputs(shape, batch)
         out = torch.full_like(v, float("nan"))
         gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=slots, out=out)
         for b, s in enumerate(slots.tolist()):
@@ -99,6 +114,29 @@ def test_pool_replay_matches_recurrence_over_flushes(per_channel, L):
                                  g[b:b + 1].double(), beta[b:b + 1].double())
             states[s] = st[0]
             assert rel_err(out[b], y_ref[0]) < 5e-5, f"step {step} row {b}"
+            if latency:
+                assert int(pool.history()[s]) == 0, f"step {step}: a latency step left a record"
+                folded += int(hist_before[s]) > 0
+    assert not latency_rows or L == 1 or folded > 0, "no latency step met a row with records to fold"
+
+
+def test_latency_route_at_history_zero_is_the_conventional_step_bitwise():
+    """A small step on the latency route (the default for GDN) with every cursor at history 0 is the
+    conventional step bit for bit; cursors stay at 0 and no ring record is written."""
+    shape = GdnLayerShape(2, 4, 64, 64)
+    pool = random_gdn_pool(shape, num_slots=3, L=6, latency_route_bytes=None)
+    pool.set_cursor(slice(None), 0)
+    assert pool.flushes_every_row(3)
+    before = {n: t.clone() for n, t in pool.buffers.items()}
+    state = pool.checkpoint.clone()
+    for step in range(5):
+        q, k, v, g, beta = step_inputs(shape, 3)
+        y1 = gdn_replay_decode_reference(pool, q, k, v, g, beta)
+        y2 = gdn_conventional_decode_reference(state, q, k, v, g, beta)
+        assert torch.equal(y1, y2), f"step {step}"
+        assert torch.equal(pool.checkpoint, state), f"step {step}"
+    for name in ("ring_u", "ring_k", "ring_g", "cursor"):
+        assert torch.equal(pool.buffers[name], before[name]), f"{name} written on the latency route"
 
 
 @pytest.mark.parametrize("per_channel", KINDS, ids=KIND_IDS)

@@ -76,9 +76,9 @@ def test_rejects_unsupported_shape(shape, match):
 
 
 def test_latency_route_limit_by_default_and_where_the_kernels_cannot_take_it():
-    """The latency route's limit: the default on an fp32 checkpoint without copy whose head fits eight warp tiles
-    (head_dim * dstate <= 8192), off elsewhere by default, an explicit limit honoured or refused by name; a GDN
-    pool refuses it (no GDN latency route yet)."""
+    """The latency route's limit: the default on an fp32 checkpoint without copy whose head fits the kernels'
+    replica scheme (Mamba-2 head_dim * dstate <= 8192; GDN scalar decay, head_v_dim * head_k_dim <= 32768), off
+    elsewhere by default, an explicit limit honoured or refused naming what is missing."""
     assert Mamba2StatePool(SUPER, 1).latency_route_bytes == DEFAULT_LATENCY_ROUTE_BYTES
     assert Mamba2StatePool(SUPER, 1, ReplayConfig(latency_route_bytes=0)).latency_route_bytes == 0
     assert Mamba2StatePool(SUPER, 1, ReplayConfig(latency_route_bytes=4096)).latency_route_bytes == 4096
@@ -86,15 +86,21 @@ def test_latency_route_limit_by_default_and_where_the_kernels_cannot_take_it():
     assert Mamba2StatePool(SUPER, 1, ReplayConfig(read_format="nvfp4")).latency_route_bytes == 0
     wide = Mamba2LayerShape(nheads=8, head_dim=64, dstate=256, ngroups=8)  # 16 tiles of 4 rows per head
     assert Mamba2StatePool(wide, 1).latency_route_bytes == 0
-    with pytest.raises(ValueError, match=r"latency_route_bytes=4096 needs head_dim \* dstate <= 8192 \(got 64 \* 256\)"):
+    with pytest.raises(ValueError, match=r"latency_route_bytes=4096 is not supported .* head_dim \* dstate <= 8192 "
+                                         r"\(got 64 \* 256\)"):
         Mamba2StatePool(wide, 1, ReplayConfig(latency_route_bytes=4096))
     pool = Mamba2StatePool(SUPER, 1)
     per_row = 128 * 64 * 128 * 4
     assert pool.flushes_every_row(DEFAULT_LATENCY_ROUTE_BYTES // per_row)
     assert not pool.flushes_every_row(DEFAULT_LATENCY_ROUTE_BYTES // per_row + 1)
-    with pytest.raises(ValueError, match="Mamba-2 layers only"):
-        GdnStatePool(GdnLayerShape(2, 4, 128, 128), 1, ReplayConfig(latency_route_bytes=1024))
-    assert GdnStatePool(GdnLayerShape(2, 4, 128, 128), 1).cfg.latency_route_bytes is None
+    qwen = GdnLayerShape(16, 64, 128, 128)
+    assert GdnStatePool(qwen, 1).latency_route_bytes == DEFAULT_LATENCY_ROUTE_BYTES
+    assert GdnStatePool(qwen, 1).flushes_every_row(DEFAULT_LATENCY_ROUTE_BYTES // (64 * 128 * 128 * 4))
+    assert GdnStatePool(GdnLayerShape(2, 4, 256, 256), 1).latency_route_bytes == 0  # 64 tiles per head
+    kda = GdnLayerShape(2, 4, 128, 128, per_channel_decay=True)
+    assert GdnStatePool(kda, 1).latency_route_bytes == 0
+    with pytest.raises(ValueError, match=r"latency_route_bytes=1024 is not supported .* scalar decay"):
+        GdnStatePool(kda, 1, ReplayConfig(latency_route_bytes=1024))
 
 
 def test_clone_is_independent_and_equal():

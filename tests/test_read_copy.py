@@ -74,7 +74,7 @@ def test_gdn_checkpoint_identical_whatever_the_read_copy():
 
     shape = GdnLayerShape(2, 4, 64, 64)
     S_init = torch.randn(2, 4, 64, 64) * 0.5
-    pools = {f: GdnStatePool(shape, 2, ReplayConfig(4, "fp32", "fp32", f)) for f in FORMATS}
+    pools = {f: GdnStatePool(shape, 2, ReplayConfig(4, "fp32", "fp32", f, latency_route_bytes=0)) for f in FORMATS}
     for p in pools.values():
         for s in range(2):
             p.reset_slot(s, S_init[s])

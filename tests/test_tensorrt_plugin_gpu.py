@@ -138,9 +138,11 @@ def test_mamba2_decode_plugin_matches_ops_and_reference(tmp_path, latency_route_
     _check_finals(drv, _pool_tensors(pool))
 
 
-def test_gdn_decode_plugin_matches_ops_and_reference(tmp_path):
+@pytest.mark.parametrize("latency_route_bytes", [0, None], ids=["ring", "latency_route"])
+def test_gdn_decode_plugin_matches_ops_and_reference(tmp_path, latency_route_bytes):
     torch.manual_seed(0)
-    shape, cfg, slots, batch, nsteps = GdnLayerShape(2, 4, 128, 128), ReplayConfig(4, "fp32", "bf16"), 7, 5, 11
+    cfg = ReplayConfig(4, "fp32", "bf16", latency_route_bytes=latency_route_bytes)
+    shape, slots, batch, nsteps = GdnLayerShape(2, 4, 128, 128), 7, 5, 11
     pool = gdn_cases.random_pool(shape, slots, cfg, DEV)
     ref = pool.clone("cpu")
     slot_idx = mamba2_cases.slot_map(batch, slots, 1, DEV)

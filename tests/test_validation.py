@@ -277,10 +277,21 @@ def test_native_gdn_conventional_needs_no_ring():
     (dict(batch=9, slot_idx=None), "batch=9 exceeds num_slots=4"),
     (dict(v=(1 << 20) + 2), "v rows must be 16-byte aligned"),
     (dict(q_batch_stride=129), "q rows must be 16-byte aligned"),
+    (dict(latency_route_bytes=-3), "latency_route_bytes=-3 is negative"),
+    (dict(latency_route_bytes=1024, state_dtype=1), "needs an fp32 checkpoint without read copy (state_dtype=1"),
+    (dict(latency_route_bytes=1024, per_channel_decay=1), "is not supported with per_channel_decay=1 (KDA)"),
+    (dict(latency_route_bytes=1024, head_k_dim=256, head_v_dim=256), "head_v_dim * head_k_dim <= 32768, got 256 * 256"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_native_gdn_errors_name_the_offending_value(overrides, words):
     status, msg = _gdn_status(**overrides)
     assert status == 1 and words in msg, msg
+
+
+@needs_gdn
+def test_native_gdn_latency_route_accepted_where_the_kernel_takes_it():
+    """The latency route's limit passes validation on GDN shapes whose heads fit eight blocks of four tiles."""
+    for k, v in ((128, 128), (128, 256), (256, 128), (64, 64)):
+        assert _gdn_status(latency_route_bytes=1 << 25, head_k_dim=k, head_v_dim=v) == (0, ""), (k, v)
 
 
 @needs_gdn

@@ -46,11 +46,12 @@ MAMBA2_VERIFY_READ_FORMATS = ("fp16", "bf16", "fp8")
 MIN_BUFFER_LEN = 1
 MAX_BUFFER_LEN = 64
 DEFAULT_BUFFER_LEN = 16
-# The latency route (Mamba-2, fp32 checkpoint, no read copy): a replay step whose rows' checkpoints total at most
-# this many bytes (batch * H * P * N * 4) flushes every row, in the conventional kernel's mapping: small steps
-# are latency-bound, so the replay's saving of bytes buys nothing there (H200: the replay step loses to the
-# conventional one below ~48-64 MB of state per step, docs/mamba2.md). At history 0 the step is the
-# conventional step bit for bit; rows with records fold them first (the flush route's arithmetic).
+# The latency route (Mamba-2 and GDN, fp32 checkpoint, no read copy): a replay step whose rows' checkpoints total
+# at most this many bytes (batch x a slot's checkpoint elements x 4) flushes every row, in the conventional
+# kernel's mapping: small steps are latency-bound, so the replay's saving of bytes buys nothing there (H200: the
+# replay step loses to the conventional one below ~48-64 MB of state per step, docs/mamba2.md, docs/gdn.md).
+# At history 0 the step is the conventional step bit for bit; rows with records fold them first (the flush
+# route's arithmetic).
 DEFAULT_LATENCY_ROUTE_BYTES = 32 << 20
 PAD_SLOT_ID = -1
 # Speculative verify: tokens per window T (the last accepted token and T-1 drafts); the ring needs L >= 2T.
@@ -146,8 +147,8 @@ class ReplayConfig:
     state_dtype: torch.dtype = torch.float32
     act_dtype: torch.dtype = torch.bfloat16
     read_format: str = "none"
-    # The latency route (DEFAULT_LATENCY_ROUTE_BYTES above): None = the default where the layer supports it
-    # (Mamba-2, fp32 checkpoint, no read copy, head_dim * dstate <= 8192), else off; 0 = off; n = the limit.
+    # The latency route (DEFAULT_LATENCY_ROUTE_BYTES above): None = the default where the layer's kernels take it
+    # (fp32 checkpoint, no read copy; shapes in pool.latency_route_limit), else off; 0 = off; n = the limit.
     latency_route_bytes: int | None = None
 
     def __post_init__(self):

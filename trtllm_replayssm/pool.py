@@ -117,6 +117,12 @@ class StatePool:
             s.name: torch.zeros((num_slots, *s.slot_shape), dtype=s.dtype, device=device) for s in self.specs
         }
         self.device = self.buffers["checkpoint"].device  # "cuda" resolved to "cuda:<current>"
+        self.latency_route_bytes = latency_route_limit(shape, cfg)
+
+    def flushes_every_row(self, batch: int) -> bool:
+        """Whether a replay step of `batch` rows (padding included) takes the latency route: their fp32
+        checkpoints total at most latency_route_bytes (config.py; the kernels decide the same)."""
+        return batch * math.prod(self.checkpoint.shape[1:]) * 4 <= self.latency_route_bytes
 
     checkpoint = property(lambda self: self.buffers["checkpoint"])
     cursor = property(lambda self: self.buffers["cursor"])
@@ -230,15 +236,6 @@ class Mamba2StatePool(StatePool):
 
     buffer_specs = staticmethod(mamba2_buffer_specs)
 
-    def __init__(self, shape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
-        super().__init__(shape, num_slots, cfg, device)
-        self.latency_route_bytes = mamba2_latency_route_bytes(self.shape, self.cfg)
-
-    def flushes_every_row(self, batch: int) -> bool:
-        """Whether a replay step of `batch` rows takes the latency route (every row flushes; config.py)."""
-        sh = self.shape
-        return batch * sh.nheads * sh.head_dim * sh.dstate * 4 <= self.latency_route_bytes
-
     ring_x = property(lambda self: self.buffers["ring_x"])
     ring_B = property(lambda self: self.buffers["ring_B"])
     ring_dt = property(lambda self: self.buffers["ring_dt"])
@@ -249,30 +246,32 @@ class GdnStatePool(StatePool):
 
     buffer_specs = staticmethod(gdn_buffer_specs)
 
-    def __init__(self, shape, num_slots: int, cfg: ReplayConfig | None = None, device="cpu"):
-        if cfg is not None and cfg.latency_route_bytes:
-            raise ValueError(f"latency_route_bytes={cfg.latency_route_bytes}: the latency route exists for Mamba-2 "
-                             "layers only so far")
-        super().__init__(shape, num_slots, cfg, device)
-
     ring_u = property(lambda self: self.buffers["ring_u"])
     ring_k = property(lambda self: self.buffers["ring_k"])
     ring_g = property(lambda self: self.buffers["ring_g"])
 
 
-def mamba2_latency_route_bytes(shape: Mamba2LayerShape, cfg: ReplayConfig) -> int:
-    """The latency route's limit for a Mamba-2 layer (config.py): the config's value, its default where the
-    kernels support the route (fp32 checkpoint, no read copy, head_dim * dstate <= CURSOR_REPLICAS * 1024: each
-    of a head's fp32 warp tiles owns a cursor replica), 0 where they do not; an explicit limit they cannot honour
-    is an error."""
-    fits = (cfg.state_dtype == torch.float32 and cfg.read_format == "none"
-            and shape.head_dim * shape.dstate <= CURSOR_REPLICAS * 1024)
-    if cfg.latency_route_bytes is None:
+def latency_route_limit(shape, cfg: ReplayConfig) -> int:
+    """The latency route's limit of a layer (config.py): the config's value, its default where the kernels take
+    the route, 0 where they do not; an explicit limit they cannot honour is an error naming what is missing.
+    The kernels take it on an fp32 checkpoint without read copy whose head's warp tiles can each own a cursor
+    replica: Mamba-2 head_dim * dstate <= CURSOR_REPLICAS * 1024 (a replica per tile); GDN (scalar decay, not
+    KDA) head_v_dim * head_k_dim <= CURSOR_REPLICAS * 4096 (a replica per block of four tiles)."""
+    if isinstance(shape, GdnLayerShape):
+        shape_ok = not shape.per_channel_decay and shape.head_v_dim * shape.head_k_dim <= CURSOR_REPLICAS * 4096
+        rule = (f"scalar decay (GDN, not KDA) and head_v_dim * head_k_dim <= {CURSOR_REPLICAS * 4096} "
+                f"(got {shape.head_v_dim} * {shape.head_k_dim})")
+    else:
+        shape_ok = shape.head_dim * shape.dstate <= CURSOR_REPLICAS * 1024
+        rule = f"head_dim * dstate <= {CURSOR_REPLICAS * 1024} (got {shape.head_dim} * {shape.dstate})"
+    fits = shape_ok and cfg.state_dtype == torch.float32 and cfg.read_format == "none"
+    limit = cfg.latency_route_bytes
+    if limit is None:
         return DEFAULT_LATENCY_ROUTE_BYTES if fits else 0
-    if cfg.latency_route_bytes and not fits:
-        raise ValueError(f"latency_route_bytes={cfg.latency_route_bytes} needs head_dim * dstate <= "
-                         f"{CURSOR_REPLICAS * 1024} (got {shape.head_dim} * {shape.dstate})")
-    return cfg.latency_route_bytes
+    if limit and not fits:
+        raise ValueError(f"latency_route_bytes={limit} is not supported for this layer: the latency route needs an "
+                         f"fp32 checkpoint without read copy and {rule}")
+    return limit
 
 
 def _per_slot(v):

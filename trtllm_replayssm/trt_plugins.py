@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from trtllm_replayssm.config import DTYPE_CODES, GdnLayerShape, Mamba2LayerShape, ReplayConfig, parse_dtype
-from trtllm_replayssm.pool import mamba2_latency_route_bytes
+from trtllm_replayssm.pool import latency_route_limit
 
 PLUGIN_NAMESPACE = "trtllm_replayssm"
 PLUGIN_VERSION = "1"
@@ -84,7 +84,7 @@ def mamba2_decode_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, *, mode: st
             "has_z": int(has_z), "has_D": int(has_D), "has_dt_bias": int(has_dt_bias),
             "dt_softplus": int(dt_softplus), "pad_slot_id": pad_slot_id,
             # the latency route (config.py), in KiB; the ops' pools resolve the same limit
-            "latency_route_kib": mamba2_latency_route_bytes(shape, cfg) // 1024 if mode == "replay" else 0}
+            "latency_route_kib": latency_route_limit(shape, cfg) // 1024 if mode == "replay" else 0}
 
 
 def mamba2_decode_inputs(fields: dict) -> list[str]:
@@ -101,7 +101,9 @@ def gdn_decode_fields(shape: GdnLayerShape, cfg: ReplayConfig, *, mode: str = "r
     return {"num_k_heads": shape.num_k_heads, "num_v_heads": shape.num_v_heads, "head_k_dim": shape.head_k_dim,
             "head_v_dim": shape.head_v_dim, "buffer_len": cfg.buffer_len, "mode": int(mode == "replay"),
             "state_dtype": DTYPE_CODES[cfg.state_dtype], "act_dtype": DTYPE_CODES[cfg.act_dtype],
-            "pad_slot_id": pad_slot_id}
+            "pad_slot_id": pad_slot_id,
+            # the latency route (config.py), in KiB; the ops' pools resolve the same limit
+            "latency_route_kib": latency_route_limit(shape, cfg) // 1024 if mode == "replay" else 0}
 
 
 def gdn_decode_inputs(fields: dict) -> list[str]:
@@ -130,6 +132,7 @@ def gdn_verify_fields(shape: GdnLayerShape, cfg: ReplayConfig, window: int, *, m
     """Fields of the speculative verify of `window` (T) tokens per row; mode "replay" or "snapshot"."""
     _check_mode(mode, ("replay", "snapshot"))
     fields = gdn_decode_fields(shape, cfg, pad_slot_id=pad_slot_id)
+    fields.pop("latency_route_kib")  # a standard decode setting: the verify has its own flush rule
     return {**{k: fields[k] for k in ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")},
             "window": int(window), **fields, "mode": int(mode == "replay")}
 

@@ -177,6 +177,23 @@ rssm_status check_read_copy(const Params& p, int replay_mode, const int (&format
   return RSSM_OK;
 }
 
+// The latency route's limit (both families' decode params, latency_route_bytes): 0, or a replay step on an fp32
+// checkpoint without read copy. The family checks its shape limit after this.
+template <typename Params>
+rssm_status check_latency_route(const Params& p, int replay_mode) {
+  if (p.latency_route_bytes == 0) return RSSM_OK;
+  const long long v = static_cast<long long>(p.latency_route_bytes);
+  if (v < 0) return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld is negative", v);
+  if (p.mode != replay_mode)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs mode=%d (replay), got mode=%d", v,
+                replay_mode, p.mode);
+  if (p.state_dtype != RSSM_DTYPE_FP32 || p.read_format != RSSM_READ_NONE)
+    return fail(RSSM_ERR_INVALID_ARGUMENT,
+                "latency_route_bytes=%lld needs an fp32 checkpoint without read copy (state_dtype=%d, read_format=%d)",
+                v, p.state_dtype, p.read_format);
+  return RSSM_OK;
+}
+
 // The first check of every entry point: a params pointer of the library's struct size.
 template <typename Params>
 rssm_status check_params(const Params* params, size_t params_size) {

@@ -65,6 +65,20 @@ static rssm_status validate_read_copy(const rssm_gdn_decode_params& p) {
   return RSSM_OK;
 }
 
+// The latency route's field (dispatch.h check_latency_route), scalar decay, and a head whose blocks of four warp
+// tiles each own a cursor replica.
+static rssm_status validate_latency_route(const rssm_gdn_decode_params& p) {
+  if (const rssm_status st = check_latency_route(p, RSSM_GDN_REPLAY)) return st;
+  if (!p.latency_route_bytes) return RSSM_OK;
+  const long long v = static_cast<long long>(p.latency_route_bytes);
+  if (p.per_channel_decay)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld is not supported with per_channel_decay=1 (KDA)", v);
+  if (!latency_route_fits(p.head_v_dim, p.head_k_dim))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs head_v_dim * head_k_dim <= %d, got %d * %d",
+                v, kLatencyRouteMaxHeadElems, p.head_v_dim, p.head_k_dim);
+  return RSSM_OK;
+}
+
 static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (p.mode != RSSM_GDN_CONVENTIONAL && p.mode != RSSM_GDN_REPLAY)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = conventional, 1 = replay)", p.mode);
@@ -121,7 +135,8 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
     const NamedPtr ring[] = {{p.ring_u, "ring_u"}, {p.ring_k, "ring_k"}, {p.ring_g, "ring_g"}, {p.cursor, "cursor"}};
     if (const rssm_status st = check_pointers(ring, "required by replay mode", true)) return st;
   }
-  return validate_read_copy(p);
+  if (const rssm_status st = validate_read_copy(p)) return st;
+  return validate_latency_route(p);
 }
 
 }  // namespace gdn

@@ -93,23 +93,12 @@ static rssm_status validate_read_copy(const rssm_mamba2_decode_params& p) {
   return RSSM_OK;
 }
 
-// The latency route's field: 0, or an fp32 checkpoint without read copy whose head tiles each own a cursor replica.
+// The latency route's field (dispatch.h check_latency_route), and a head whose tiles each own a cursor replica.
 static rssm_status validate_latency_route(const rssm_mamba2_decode_params& p) {
-  if (p.latency_route_bytes == 0) return RSSM_OK;
-  if (p.latency_route_bytes < 0)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld is negative",
-                static_cast<long long>(p.latency_route_bytes));
-  if (p.mode != RSSM_MAMBA2_REPLAY)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs mode=1 (replay), got mode=%d",
-                static_cast<long long>(p.latency_route_bytes), p.mode);
-  if (p.state_dtype != RSSM_DTYPE_FP32 || p.read_format != RSSM_READ_NONE)
-    return fail(RSSM_ERR_INVALID_ARGUMENT,
-                "latency_route_bytes=%lld needs an fp32 checkpoint without read copy (state_dtype=%d, read_format=%d)",
-                static_cast<long long>(p.latency_route_bytes), p.state_dtype, p.read_format);
-  if (!latency_route_fits(p.head_dim, p.dstate))
+  if (const rssm_status st = check_latency_route(p, RSSM_MAMBA2_REPLAY)) return st;
+  if (p.latency_route_bytes && !latency_route_fits(p.head_dim, p.dstate))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs head_dim * dstate <= %d, got %d * %d",
-                static_cast<long long>(p.latency_route_bytes), kLatencyRouteMaxHeadElems, p.head_dim,
-                p.dstate);
+                static_cast<long long>(p.latency_route_bytes), kLatencyRouteMaxHeadElems, p.head_dim, p.dstate);
   return RSSM_OK;
 }
 

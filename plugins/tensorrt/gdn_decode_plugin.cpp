@@ -9,7 +9,7 @@ namespace trt {
 using nvinfer1::DataType;
 using Cfg = GdnDecodeConfig;
 
-std::array<FieldSpec<Cfg>, 9> const GdnDecode::kFields = {{
+std::array<FieldSpec<Cfg>, 10> const GdnDecode::kFields = {{
     {"num_k_heads", &Cfg::num_k_heads, true, 1, 65535},
     {"num_v_heads", &Cfg::num_v_heads, true, 1, 65535},
     {"head_k_dim", &Cfg::head_k_dim, true, 1, 65535},
@@ -19,6 +19,7 @@ std::array<FieldSpec<Cfg>, 9> const GdnDecode::kFields = {{
     {"state_dtype", &Cfg::state_dtype, false, RSSM_DTYPE_FP32, RSSM_DTYPE_BF16},
     {"act_dtype", &Cfg::act_dtype, false, RSSM_DTYPE_FP32, RSSM_DTYPE_BF16},
     {"pad_slot_id", &Cfg::pad_slot_id, false, INT32_MIN, INT32_MAX},
+    {"latency_route_kib", &Cfg::latency_route_kib, false, 0, INT32_MAX},
 }};
 
 IOTable<GdnDecode::kRoles> GdnDecode::make_io(Cfg const& cfg) {
@@ -65,6 +66,7 @@ static void fill_config(Cfg const& cfg, rssm_gdn_decode_params& p) {
   p.num_k_heads = cfg.num_k_heads, p.num_v_heads = cfg.num_v_heads;
   p.head_k_dim = cfg.head_k_dim, p.head_v_dim = cfg.head_v_dim;
   p.buffer_len = cfg.buffer_len, p.pad_slot_id = cfg.pad_slot_id, p.mode = cfg.mode;
+  p.latency_route_bytes = int64_t{cfg.latency_route_kib} * 1024;
   p.state_dtype = cfg.state_dtype, p.act_dtype = cfg.act_dtype;
   // TensorRT tensors are dense (kLINEAR): strides follow from the shapes.
   p.q_batch_stride = p.k_batch_stride = int64_t{cfg.num_k_heads} * cfg.head_k_dim;

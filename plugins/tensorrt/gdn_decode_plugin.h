@@ -13,6 +13,7 @@ struct GdnDecodeConfig {
   int32_t mode = RSSM_GDN_REPLAY;
   int32_t state_dtype = RSSM_DTYPE_FP32, act_dtype = RSSM_DTYPE_BF16;
   int32_t pad_slot_id = -1;
+  int32_t latency_route_kib = 0;  // replay: the latency route's limit in KiB (params.h latency_route_bytes); 0 off
 };
 
 struct GdnDecode {
@@ -20,7 +21,7 @@ struct GdnDecode {
   enum Role { Q, K, V, G, BETA, SLOT_IDX, STATE, RING_U, RING_K, RING_G, CURSOR, kRoles };
   static constexpr char const* kName = "ReplaySSMGdnDecode";
   static constexpr char const* kVersion = "1";
-  static std::array<FieldSpec<Config>, 9> const kFields;
+  static std::array<FieldSpec<Config>, 10> const kFields;
   static constexpr std::array<char const*, kRoles> kRoleNames = {
       "q", "k", "v", "g", "beta", "slot_idx", "state", "ring_u", "ring_k", "ring_g", "cursor"};
 

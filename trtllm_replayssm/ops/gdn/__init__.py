@@ -150,6 +150,7 @@ def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log
 
     Each row reads its slot's cursor on the device: rows with fewer than L-1 records take the output-only route
     and append their record (u, k, g); rows at L-1 records flush (rebuild and store the checkpoint, empty ring).
+    A step of few rows (pool.flushes_every_row(batch), the latency route of config.py) flushes every row.
     """
     _check(isinstance(v, torch.Tensor) and v.dtype == pool.cfg.act_dtype,
            f"v has dtype {dtype_name(getattr(v, 'dtype', None))} but the pool's act_dtype is "
@@ -167,7 +168,8 @@ def gdn_replay_decode(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log
     p = kernels.fill_params(kernels.REPLAY, pool.checkpoint, qp, kp, v, g, beta, y, slot_idx, pad_slot_id,
                             pool.ring_u, pool.ring_k, pool.ring_g, pool.cursor, pool.buffer_len,
                             read_format=pool.cfg.read_format, read_state=pool.buffers.get("read_state"),
-                            read_scale=pool.buffers.get("read_scale"), **opts)
+                            read_scale=pool.buffers.get("read_scale"), latency_route_bytes=pool.latency_route_bytes,
+                            **opts)
     kernels.launch(p, v.device)
     return y
 

@@ -41,6 +41,7 @@ class GdnDecodeParams(ctypes.Structure):
                                      "A_log_head_stride", "A_log_k_stride", "dt_bias_head_stride",
                                      "dt_bias_k_stride")]
     _fields_ += [("read_format", _i32), ("read_state", _ptr), ("read_scale", _ptr)]
+    _fields_ += [("latency_route_bytes", _i64)]
 
 
 def _ptr_of(t):
@@ -58,7 +59,7 @@ def _param_strides(t, per_channel_decay):
 def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1, ring_u=None, ring_k=None,
                 ring_g=None, cursor=None, buffer_len=1, *, qk_flags=0, q_scale=1.0, per_channel_decay=False,
                 a=None, b=None, A_log=None, dt_bias=None, read_format="none", read_state=None,
-                read_scale=None) -> GdnDecodeParams:
+                read_scale=None, latency_route_bytes=0) -> GdnDecodeParams:
     """The params of one step. state [slots, HV, V, K] (the pool's checkpoint in replay); q, k [b, H, K] (act
     dtype; prepared unless qk_flags), v, y [b, HV, V] (act dtype); either g, beta fp32 ([b, HV], KDA g [b, HV, K];
     heads / channels contiguous) or the raw gates a [b, HV] (KDA [b, HV, K]), b [b, HV] in one dtype and A_log,
@@ -81,6 +82,7 @@ def fill_params(mode, state, q, k, v, g, beta, y, slot_idx=None, pad_slot_id=-1,
     p.per_channel_decay, p.qk_flags, p.q_scale = int(per_channel_decay), qk_flags, q_scale
     p.read_format = READ_FORMAT_CODES[read_format]
     p.read_state, p.read_scale = _ptr_of(read_state), _ptr_of(read_scale)
+    p.latency_route_bytes = latency_route_bytes  # replay: the latency route's limit (params.h, config.py)
     if g is not None:
         p.gate_mode = GATES_PRECOMPUTED
         p.g_batch_stride, p.beta_batch_stride = g.stride(0), beta.stride(0)

@@ -73,6 +73,7 @@ def gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_
     """ReplaySSM step over a GdnStatePool (updated in place) on prepared q, k and fp32 g, beta."""
     cd = torch.float64 if pool.checkpoint.dtype == torch.float64 else torch.float32
     L, HV = pool.buffer_len, pool.shape.num_v_heads  # a row flushes when its history reaches L - 1
+    flush_all = pool.flushes_every_row(v.shape[0])  # ... or always, on the latency route
     y = torch.empty_like(v) if out is None else out
     g32 = g.to(torch.float32)
     for b, s in live_rows(slot_idx, v.shape[0], pool.num_slots, pad_slot_id):
@@ -84,7 +85,7 @@ def gdn_replay_decode_reference(pool, q, k, v, g, beta, slot_idx=None, pad_slot_
         # The kernels read k in the activation dtype (it is stored in the ring that way).
         kb = expand_heads(k[b].to(pool.ring_k.dtype).to(cd), HV)
         qb = expand_heads(q[b].to(cd), HV)
-        flush = h == L - 1
+        flush = flush_all or h == L - 1
         # The correction u feeds the recurrence, so it reads the checkpoint; only the output read S q may use
         # the read copy.
         yb, u, S = replay_row(pool.checkpoint[s].to(cd), kw, uw, gw, qb, kb, v[b].to(cd), g32[b].to(cd),

@@ -6,11 +6,25 @@
 //
 // Per value head hv (key head hv / (HV / H)), state S is V x K (K contiguous); a warp owns RW rows:
 //   S <- e^g S ;  u = beta (v - S k) ;  S <- S + u kᵀ ;  y = S q ;  store S
+//
+// Replay (the latency route; params.h latency_route_bytes, chosen in gdn/decode.cuh): the same kernel on a
+// ReplaySSM pool, every row flushing, with the replay step's input options (in-kernel q / k preparation and raw
+// gates, gdn/gates.cuh). A row whose cursor holds no record (history 0) takes exactly the step above. A row with
+// h > 0 records first folds them as the flush route does (same fp32 operations in the same order):
+//   w_j = e^{sum_{i>j} g_i} over the window (records 0 .. h-1, the current token h), S' = e^{sum g} S0 +
+//   sum_{j<h} (w_j u_j) k_jᵀ, then the current token's correction and update on S' (its decay is in S')
+// and sets history 0 in the cursor replicas its block owns. A head has V K / 1024 tiles, a multiple of four, so
+// its blocks of four warps never straddle heads: block t / 4 of the head reads replica t / 4, every warp of the
+// block reads it before a block barrier, and after it warp 0 writes replicas t / 4, t / 4 + tiles / 4, ... (at
+// most 8 blocks per head: latency_route_fits).
 #pragma once
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/gdn/gates.cuh"
 #include "replayssm/gdn/params.h"
 
 namespace replayssm {
@@ -18,7 +32,57 @@ namespace gdn {
 
 constexpr int kConventionalWarpsPerBlock = 4;
 
-template <typename StateT, typename ActT, int K>
+// The latency route's limit: a head's fp32 tiles (V K / 1024 of them) in blocks of four, each block owning a
+// cursor replica.
+constexpr int kLatencyRouteMaxHeadElems = RSSM_CURSOR_REPLICAS * kConventionalWarpsPerBlock * 1024;
+__host__ __device__ inline bool latency_route_fits(int head_v_dim, int head_k_dim) {
+  return head_v_dim * head_k_dim <= kLatencyRouteMaxHeadElems;
+}
+
+// The latency route's fold of a row's h > 0 ring records into the thread's fp32 checkpoint vectors s (the tiling
+// of Tiling<float, K>; rows row0 + i * RPI): window weights from the ring g and the current g (one or two records
+// per lane, warp_suffix_sums), S <- e^{sum g} S0, then S += (w_j u_j) k_jᵀ for j = 0 .. h-1 in that order.
+template <typename ActT, int K>
+__device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
+                                             float (&s)[Tiling<float, K>::KI][Tiling<float, K>::NV][Tiling<float, K>::VEC],
+                                             int slot, int hv, int kh, int row0, int hist, int origin, float g,
+                                             int lane) {
+  using Tl = Tiling<float, K>;
+  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI;
+  const int L = p.buffer_len, HV = p.num_v_heads, V = p.head_v_dim, col_lane = lane % LPR;
+  const float* rg = p.ring_g + (static_cast<int64_t>(slot) * HV + hv) * round_up(L, 4);
+  auto g_of = [&](int j) { return j < hist ? rg[ring_pos(origin, j, L)] : (j == hist ? g : 0.f); };
+  const float g0 = g_of(lane), g1 = g_of(lane + 32);
+  float ex0, ex1, total;
+  warp_suffix_sums(g0, g1, ex0, ex1, total);
+  const float w0 = expf(ex0), w1 = expf(ex1), abar = expf(total);
+#pragma unroll
+  for (int i = 0; i < KI; ++i)
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
+  const ActT* const ru = static_cast<const ActT*>(p.ring_u) + (static_cast<int64_t>(slot) * HV + hv) * L * V + row0;
+  const ActT* const rk = static_cast<const ActT*>(p.ring_k) + (static_cast<int64_t>(slot) * p.num_k_heads + kh) * L * K;
+#pragma unroll 1
+  for (int j = 0; j < hist; ++j) {
+    const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j % 32);
+    const int pos = ring_pos(origin, j, L);
+    float kj[NV][VEC];
+#pragma unroll
+    for (int c = 0; c < NV; ++c) load_vec<ActT, VEC>(rk + pos * K + (c * LPR + col_lane) * VEC, kj[c]);
+#pragma unroll
+    for (int i = 0; i < KI; ++i) {
+      const float cu = wj * to_float(ru[pos * V + i * RPI]);
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(cu, kj[c][e], s[i][c][e]);
+    }
+  }
+}
+
+template <typename StateT, typename ActT, int K, bool kReplay>
 __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     conventional_warp_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
   using Tl = Tiling<StateT, K>;
@@ -56,8 +120,30 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
     load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
   }
-  const float g = p.g[b * p.g_batch_stride + hv], beta = p.beta[b * p.beta_batch_stride + hv];
-  const float abar = expf(g);
+  float g, beta, abar;
+  if constexpr (!kReplay) {
+    g = p.g[b * p.g_batch_stride + hv], beta = p.beta[b * p.beta_batch_stride + hv];
+    abar = expf(g);
+  } else {
+    static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
+    prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);
+    g = gate_g<false>(p, b, hv, 0), beta = gate_beta(p, b, hv);
+    abar = expf(g);
+    const int L = p.buffer_len;
+    int32_t* const cur = p.cursor + (static_cast<int64_t>(slot) * HV + hv) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    const int rep = tile / kConventionalWarpsPerBlock;  // the block's replica (its warps are tiles 4 rep .. + 3)
+    const int hist = clamp_history(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);
+    const int origin = wrap_origin(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
+    __syncthreads();  // every warp of the block has read the replica before warp 0 rewrites it
+    if (hist > 0) {   // block-uniform: fold the window's records (S0 scaled by the window's decay there)
+      fold_records<ActT, K>(p, s, slot, hv, kh, tile * RW + seg, hist, origin, g, lane);
+      abar = 1.f;  // the current token's decay is in S'
+      // WRITES history 0 into the replicas this block owns (no other block of this launch reads them)
+      if (warp == 0 && lane == 0)
+        for (int r = rep; r < RSSM_CURSOR_REPLICAS; r += tiles / kConventionalWarpsPerBlock)
+          cur[r * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = 0;
+    }
+  }
   auto lane_dot = [&](const float (&sv)[NV][VEC], const float (&x)[NV][VEC]) {
     float acc = 0.f;
 #pragma unroll
@@ -106,13 +192,14 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
 }
 
 // Host launch of the conventional step (params already validated): one warp per (value head, tile of RW
-// rows), kConventionalWarpsPerBlock warps per block, one grid row per batch row.
-template <typename StateT, typename ActT, int K>
+// rows), kConventionalWarpsPerBlock warps per block, one grid row per batch row. kReplay: the latency route over
+// a ReplaySSM pool (fp32 checkpoint, scalar decay; see the header comment).
+template <typename StateT, typename ActT, int K, bool kReplay = false>
 cudaError_t launch_conventional_warp(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, K>;
   const int units = p.num_v_heads * (p.head_v_dim / Tl::RW);
   const dim3 grid((units + kConventionalWarpsPerBlock - 1) / kConventionalWarpsPerBlock, p.batch);
-  conventional_warp_kernel<StateT, ActT, K><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
+  conventional_warp_kernel<StateT, ActT, K, kReplay><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -671,6 +671,12 @@ cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) 
       return launch_mode<StateT, ActT, K, false, true>(p, stream);
     }
     if (p.mode == RSSM_GDN_REPLAY) {
+      // The latency route (params.h latency_route_bytes): a step small enough to be latency-bound flushes every
+      // row in the conventional kernel's mapping (validation checked the dtype, the copy, the decay and the shape).
+      if constexpr (std::is_same_v<StateT, float>)
+        if (p.latency_route_bytes > 0 && latency_route_fits(p.head_v_dim, K) &&
+            static_cast<int64_t>(p.batch) * p.num_v_heads * p.head_v_dim * K * 4 <= p.latency_route_bytes)
+          return launch_conventional_warp<StateT, ActT, K, true>(p, stream);
       if constexpr (kSplitRoute<StateT, ActT, K>) {
         int smem_per_sm = 0, sms = 0;
         cudaError_t err = device_smem_per_sm(smem_per_sm);

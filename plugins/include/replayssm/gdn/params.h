@@ -94,6 +94,13 @@ typedef struct rssm_gdn_decode_params {
   int32_t read_format;  // rssm_read_format; RSSM_READ_NONE: the fields below are ignored
   void* read_state;     // [num_slots, HV, V, K] fp16 / bf16 / fp8 e4m3; 16-byte aligned. WRITTEN: flush rows
   float* read_scale;    // fp8 only: [num_slots, HV, V] fp32, amax of the row / 448; 4-byte aligned. WRITTEN: flush rows
+
+  // ---- the latency route (appended; replay, GDN only): a step whose rows' checkpoints total at most this many
+  //      bytes (batch * HV * V * K * 4 <= latency_route_bytes) flushes every row in the conventional kernel's
+  //      mapping (gdn/conventional.cuh): at history 0 the conventional step bit for bit, rows with records fold
+  //      them first; history := 0, no ring record written. 0: never. Needs an fp32 checkpoint, no read copy,
+  //      scalar decay and V * K <= 32768 (a replica per block of four warp tiles). ----
+  int64_t latency_route_bytes;
 } rssm_gdn_decode_params;
 
 #ifdef __cplusplus
