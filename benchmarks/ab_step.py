@@ -56,7 +56,7 @@ def mamba2_line(name, batch, L, dev, latency_route_bytes=None):
             f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}")
 
 
-def gdn_line(name, batch, L, dev):
+def gdn_line(name, batch, L, dev, latency_route_bytes=None):
     shape, (H, HV, K) = GdnLayerShape(16, 64, 128, 128), (16, 64, 128)
     slots = _slots(batch, HV * K * K * 4)
     q = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
@@ -65,7 +65,8 @@ def gdn_line(name, batch, L, dev):
     g, beta = -torch.rand(batch, HV, device=dev) * 0.5, torch.rand(batch, HV, device=dev)
     idx = torch.randperm(slots, device=dev)[:batch].to(torch.int32)
     kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v), slot_idx=idx)
-    pool = GdnStatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
+    pool = GdnStatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16,
+                                                   latency_route_bytes=latency_route_bytes), device=dev)
     pool.checkpoint.normal_()
     pool.ring_u.normal_()
     pool.ring_k.normal_()
@@ -82,13 +83,13 @@ def main():
     ap.add_argument("--batches", default="64,256")
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--latency-route-bytes", type=int, default=None,
-                    help="Mamba-2 latency route limit (default: the config's; 0 turns the route off)")
+                    help="latency route limit (default: the config's; 0 turns the route off)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     for batch in (int(b) for b in args.batches.split(",")):
         print(mamba2_line(args.name, batch, args.L, dev, args.latency_route_bytes), flush=True)
         torch.cuda.empty_cache()
-        print(gdn_line(args.name, batch, args.L, dev), flush=True)
+        print(gdn_line(args.name, batch, args.L, dev, args.latency_route_bytes), flush=True)
         torch.cuda.empty_cache()
 
 

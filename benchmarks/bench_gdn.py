@@ -32,7 +32,7 @@ import torch
 
 from trtllm_replayssm.bench.bytes_model import gdn_conventional_bytes, gdn_replay_amortised_bytes
 from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
-from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, ReplayConfig
+from trtllm_replayssm.config import CURSOR_HISTORY, DEFAULT_LATENCY_ROUTE_BYTES, GdnLayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_step, l2norm
 from trtllm_replayssm.pool import GdnStatePool
@@ -299,7 +299,10 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
         "`replay Lk` = ReplaySSM amortised over k steps with staggered flush phases. Ratios are against the "
         "fastest conventional kernel; TB/s is the bytes model (trtllm_replayssm/bench/bytes_model.py) over the "
         f"time. Non-flush / all-flush: one step with every row on the output-only route (history L/2) or every "
-        f"row flushing (L={split_L}).",
+        f"row flushing (L={split_L}). Steps whose rows' checkpoints total at most "
+        f"{DEFAULT_LATENCY_ROUTE_BYTES >> 20} MiB take the latency route (the library's default, docs/gdn.md): every "
+        "row flushes in the conventional kernel's mapping, so there `replay` is the steady state (history 0) and "
+        "non-flush / all-flush fold L/2 or L-1 records first.",
         "Consecutive launches in a graph use disjoint sets of rows until twice the L2 size of state has been "
         "touched (cold L2 at every batch)." if cold_l2 else
         "Every launch in a graph reuses the same rows (small batches run from a warm L2).",
