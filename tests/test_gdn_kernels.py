@@ -155,7 +155,8 @@ def test_replay_kernel_matches_reference(dtypes, dims, L):
 # The latency route's shapes: V K / 1024 tiles per head in blocks of four (4 tiles: one block; 16; 32: eight
 # blocks, every replica one owner), fp32 checkpoint.
 LATENCY_CASES = [((F32, BF16), BASE, 16), ((F32, F32), (1, 2, 64, 64), 4), ((F32, F16), (2, 8, 128, 256), 8),
-                 ((F32, BF16), (1, 4, 256, 64), 32), ((F32, BF16), (2, 4, 64, 256), 64)]
+                 ((F32, BF16), (1, 4, 256, 64), 32), ((F32, BF16), (2, 4, 64, 256), 64),
+                 ((F32, BF16), (2, 8, 256, 128), 16), ((F32, BF16), (1, 2, 128, 64), 8)]
 
 
 @pytest.mark.parametrize("raw", [False, True], ids=["prepared", "raw"])
@@ -165,6 +166,34 @@ def test_latency_route_kernel_matches_reference(dtypes, dims, L, raw):
     kernel's mapping, folding the records its ring holds; raw inputs prepared there) between steps of six on the
     ring routes: the kernels leave and pick up each other's cursors."""
     _check_replay_against_reference(dtypes, dims, L, raw=raw, latency_rows=3)
+
+
+@pytest.mark.parametrize("dims, L", [(BASE, 16), ((2, 8, 128, 256), 32), ((1, 4, 256, 128), 64),
+                                     ((1, 2, 64, 64), 8)], ids=_id)
+def test_latency_route_fold_equals_the_combined_kernels_flush_bitwise(dims, L):
+    """Every row at history L-1, one step on the latency route and one on the combined kernel (limit 0) from the
+    same pool, prepared inputs: the fold performs the flush's fp32 operations in the same order and the current
+    token's correction the same reductions, so every buffer is bit-identical (checkpoint, cursors back at 0, rings
+    untouched by both) and so is y."""
+    shape = GdnLayerShape(*dims)
+    lat = random_pool(shape, 7, ReplayConfig(L, F32, BF16), DEV, desync=False)
+    lat.set_cursor(slice(None), L - 1, torch.randint(0, L, (7,), device=DEV, dtype=torch.int32))
+    ring = GdnStatePool(shape, 7, ReplayConfig(L, F32, BF16, latency_route_bytes=0), device=DEV)
+    for name, t in lat.buffers.items():
+        ring.buffers[name].copy_(t)
+    assert lat.flushes_every_row(6) and not ring.flushes_every_row(6)
+    slots = slot_map(6, 7, n_pad=1, device=DEV)
+    q, k, v, g, beta = _inputs(shape, 6, BF16)
+    outs = []
+    for pool in (lat, ring):
+        out = poisoned(tuple(v.shape), BF16, DEV)
+        gdn_replay_decode(pool, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+        outs.append(out)
+    torch.cuda.synchronize()
+    for name, t in lat.buffers.items():
+        assert torch.equal(t, ring.buffers[name]), f"{name} differs from the combined kernel's flush"
+    live = slots >= 0
+    assert torch.isnan(outs[0][~live]).all() and torch.equal(outs[0][live], outs[1][live])
 
 
 @pytest.mark.parametrize("dims", [BASE, (1, 2, 64, 64), (2, 8, 128, 256)], ids=_id)
@@ -318,11 +347,15 @@ def test_conventional_kernel_matches_reference(dtypes, dims, kda):
         assert torch.equal(state[unused], before[unused]), f"step {step}: unused slots changed"
 
 
-@pytest.mark.parametrize("replay", [True, False], ids=["replay", "conventional"])
-def test_padding_and_out_of_range_rows_touch_nothing(replay):
-    """Rows with the pad id or a slot index outside [0, num_slots) are skipped: no output, no pool write."""
+@pytest.mark.parametrize("route", ["replay", "latency", "conventional"])
+def test_padding_and_out_of_range_rows_touch_nothing(route):
+    """Rows with the pad id or a slot index outside [0, num_slots) are skipped: no output, no pool write; live
+    rows step (the ring routes move their cursor, the latency route and the conventional step their state)."""
+    replay = route != "conventional"
     shape = GdnLayerShape(*BASE)
-    pool = random_pool(shape, 6, ReplayConfig(4, F32, BF16), DEV)
+    pool = random_pool(shape, 6, ReplayConfig(4, F32, BF16, latency_route_bytes=None if route == "latency" else 0),
+                       DEV)
+    assert pool.flushes_every_row(6) == (route == "latency")
     slots = torch.tensor([3, -1, 6, 0, 40, -5], dtype=torch.int32, device=DEV)
     q, k, v, g, beta = _inputs(shape, 6, BF16)
     before = clone_pool(pool)
@@ -336,9 +369,8 @@ def test_padding_and_out_of_range_rows_touch_nothing(replay):
     assert torch.isnan(out[[1, 2, 4, 5]]).all(), "skipped rows written"
     for name, t in pool.buffers.items():
         assert torch.equal(t[[1, 2, 4, 5]], before.buffers[name][[1, 2, 4, 5]]), f"{name} of an unused slot changed"
-    changed = pool.cursor if replay else pool.checkpoint
-    assert not torch.equal(changed[[0, 3]], (before.cursor if replay else before.checkpoint)[[0, 3]]), \
-        "live rows did not step"
+    name = "cursor" if route == "replay" else "checkpoint"
+    assert not torch.equal(pool.buffers[name][[0, 3]], before.buffers[name][[0, 3]]), "live rows did not step"
 
 
 @pytest.mark.parametrize("replay", [True, False], ids=["replay", "conventional"])

@@ -278,6 +278,8 @@ def test_native_gdn_conventional_needs_no_ring():
     (dict(v=(1 << 20) + 2), "v rows must be 16-byte aligned"),
     (dict(q_batch_stride=129), "q rows must be 16-byte aligned"),
     (dict(latency_route_bytes=-3), "latency_route_bytes=-3 is negative"),
+    (dict(latency_route_bytes=1024, mode=gdn_kernels.CONVENTIONAL), "latency_route_bytes=1024 needs mode=1 (replay)"),
+    (dict(latency_route_bytes=1024, read_format=1, read_state=1 << 20), "without read copy (state_dtype=0, read_format=1)"),
     (dict(latency_route_bytes=1024, state_dtype=1), "needs an fp32 checkpoint without read copy (state_dtype=1"),
     (dict(latency_route_bytes=1024, per_channel_decay=1), "is not supported with per_channel_decay=1 (KDA)"),
     (dict(latency_route_bytes=1024, head_k_dim=256, head_v_dim=256), "head_v_dim * head_k_dim <= 32768, got 256 * 256"),

@@ -122,7 +122,7 @@ class StatePool:
     def flushes_every_row(self, batch: int) -> bool:
         """Whether a replay step of `batch` rows (padding included) takes the latency route: their fp32
         checkpoints total at most latency_route_bytes (config.py; the kernels decide the same)."""
-        return batch * math.prod(self.checkpoint.shape[1:]) * 4 <= self.latency_route_bytes
+        return self.latency_route_bytes > 0 and batch * math.prod(self.checkpoint.shape[1:]) * 4 <= self.latency_route_bytes
 
     checkpoint = property(lambda self: self.buffers["checkpoint"])
     cursor = property(lambda self: self.buffers["cursor"])

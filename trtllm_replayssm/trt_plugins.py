@@ -20,6 +20,7 @@ test checks it against the compiled library. docs/tensorrt_plugins.md has the I/
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -115,9 +116,10 @@ def mamba2_verify_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, window: int
                          has_z=True, has_D=True, has_dt_bias=True, dt_softplus=True, pad_slot_id=-1) -> dict:
     """Fields of the speculative verify of `window` (T) tokens per row; mode "replay" or "snapshot"."""
     _check_mode(mode, ("replay", "snapshot"))
-    fields = mamba2_decode_fields(shape, cfg, has_z=has_z, has_D=has_D, has_dt_bias=has_dt_bias,
-                                  dt_softplus=dt_softplus, pad_slot_id=pad_slot_id)
-    fields.pop("latency_route_kib")  # a standard decode setting: the verify has its own flush rule
+    # the latency route is a standard decode setting (the verify has its own flush rule): not resolved here
+    fields = mamba2_decode_fields(shape, dataclasses.replace(cfg, latency_route_bytes=0), has_z=has_z, has_D=has_D,
+                                  has_dt_bias=has_dt_bias, dt_softplus=dt_softplus, pad_slot_id=pad_slot_id)
+    fields.pop("latency_route_kib")
     return {**{k: fields[k] for k in ("nheads", "head_dim", "dstate", "ngroups")}, "window": int(window),
             **fields, "mode": int(mode == "replay")}
 
@@ -131,8 +133,9 @@ def gdn_verify_fields(shape: GdnLayerShape, cfg: ReplayConfig, window: int, *, m
                       pad_slot_id=-1) -> dict:
     """Fields of the speculative verify of `window` (T) tokens per row; mode "replay" or "snapshot"."""
     _check_mode(mode, ("replay", "snapshot"))
-    fields = gdn_decode_fields(shape, cfg, pad_slot_id=pad_slot_id)
-    fields.pop("latency_route_kib")  # a standard decode setting: the verify has its own flush rule
+    # the latency route is a standard decode setting (the verify has its own flush rule): not resolved here
+    fields = gdn_decode_fields(shape, dataclasses.replace(cfg, latency_route_bytes=0), pad_slot_id=pad_slot_id)
+    fields.pop("latency_route_kib")
     return {**{k: fields[k] for k in ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")},
             "window": int(window), **fields, "mode": int(mode == "replay")}
 

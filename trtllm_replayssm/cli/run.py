@@ -28,6 +28,9 @@ def register(sub):
     p.add_argument("--act-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when usable)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--latency-route-bytes", type=int, default=0,
+                   help="the latency route's limit (config.py; default 0 here: the run exercises the ring, which "
+                        "its small batches would otherwise skip)")
     p.set_defaults(func=main)
 
 
@@ -37,7 +40,7 @@ def main(args) -> int:
     layers = [layer for layer in analyze(load_config(args.config)).layers if layer.kind in ("mamba2", "gdn")]
     if not layers:
         raise SystemExit("run: the config has no Mamba-2 or Gated DeltaNet layers")
-    cfg = ReplayConfig(args.buffer_len, args.state_dtype, args.act_dtype)
+    cfg = ReplayConfig(args.buffer_len, args.state_dtype, args.act_dtype, latency_route_bytes=args.latency_route_bytes)
     kinds = sorted({layer.kind for layer in layers})
     print(f"{len(layers)} SSM layers ({', '.join(kinds)}) {layers[0].shape}, batch {args.batch}, {args.steps} steps, "
           f"L={cfg.buffer_len}, state {args.state_dtype}, activations {args.act_dtype}, on {device} "
