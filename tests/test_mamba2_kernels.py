@@ -58,10 +58,11 @@ def test_replay_kernel_matches_reference(dtypes, P, N, L):
     _check_replay_steps(dtypes, P, N, L, latency_rows=0)
 
 
-# fp32 checkpoints whose heads fit eight warp tiles: the shapes the latency route takes (80 x 64: five tiles, so
-# replicas 0-2 have two owners' writes and 3-4 one; 128 x 64: eight tiles of 16 rows)
-LATENCY_CASES = [c for c in CASES if c[0][0] == F32 and c[1] * c[2] <= 8192] + [
-    ((F32, BF16), 80, 64, 16), ((F32, F16), 128, 64, 16)]
+# fp32 checkpoints whose head tiles own the cursor replicas (pool.latency_route_limit): per tile (80 x 64: five
+# tiles, so tiles 0-2 own two replicas each and 3-4 one; 128 x 64: eight tiles of 16 rows) or per block of four
+# tiles behind a block barrier (64 x 256: 16 tiles, four blocks; 128 x 256: 32 tiles, eight blocks)
+LATENCY_CASES = [c for c in CASES if c[0][0] == F32 and (c[1] * c[2] <= 8192 or c[1] * c[2] % 4096 == 0)] + [
+    ((F32, BF16), 80, 64, 16), ((F32, F16), 128, 64, 16), ((F32, BF16), 64, 256, 8), ((F32, BF16), 128, 256, 32)]
 
 
 @pytest.mark.parametrize("dtypes, P, N, L", LATENCY_CASES, ids=lambda v: _id(v))
@@ -118,7 +119,8 @@ def _check_replay_steps(dtypes, P, N, L, latency_rows):
     assert latency_rows == 0 or L == 1 or folded > 0, "no latency step met a row with records to fold"
 
 
-@pytest.mark.parametrize("P, N, L", [(64, 128, 16), (80, 64, 8), (128, 64, 32), (64, 64, 64)])
+@pytest.mark.parametrize("P, N, L", [(64, 128, 16), (80, 64, 8), (128, 64, 32), (64, 64, 64), (64, 256, 16),
+                                     (128, 256, 8)])
 def test_latency_route_fold_equals_the_combined_kernels_flush_bitwise(P, N, L):
     """Every row at history L-1, one step on the latency route and one on the combined kernel (limit 0) from the
     same pool: the fold performs the flush's fp32 operations in the same order, so every buffer is bit-identical
@@ -149,7 +151,7 @@ def test_latency_route_fold_equals_the_combined_kernels_flush_bitwise(P, N, L):
 
 
 @pytest.mark.parametrize("act_dtype", [F32, F16, BF16], ids=dtype_name)
-@pytest.mark.parametrize("P, N", [(64, 128), (80, 64), (128, 64)])
+@pytest.mark.parametrize("P, N", [(64, 128), (80, 64), (128, 64), (64, 256)])
 def test_latency_route_at_history_zero_equals_the_conventional_kernel_bitwise(act_dtype, P, N):
     """A step on the latency route (the default for these small steps) with every cursor at history 0 is the
     conventional kernel's step bit for bit (y and checkpoint), and writes no cursor or ring record."""

@@ -84,11 +84,12 @@ def test_latency_route_limit_by_default_and_where_the_kernels_cannot_take_it():
     assert Mamba2StatePool(SUPER, 1, ReplayConfig(latency_route_bytes=4096)).latency_route_bytes == 4096
     assert Mamba2StatePool(SUPER, 1, ReplayConfig(state_dtype="bf16")).latency_route_bytes == 0
     assert Mamba2StatePool(SUPER, 1, ReplayConfig(read_format="nvfp4")).latency_route_bytes == 0
-    wide = Mamba2LayerShape(nheads=8, head_dim=64, dstate=256, ngroups=8)  # 16 tiles of 4 rows per head
-    assert Mamba2StatePool(wide, 1).latency_route_bytes == 0
-    with pytest.raises(ValueError, match=r"latency_route_bytes=4096 is not supported .* head_dim \* dstate <= 8192 "
-                                         r"\(got 64 \* 256\)"):
-        Mamba2StatePool(wide, 1, ReplayConfig(latency_route_bytes=4096))
+    h56b = Mamba2LayerShape(nheads=8, head_dim=64, dstate=256, ngroups=8)  # 16 tiles: a replica per block of 4
+    assert Mamba2StatePool(h56b, 1).latency_route_bytes == DEFAULT_LATENCY_ROUTE_BYTES
+    odd = Mamba2LayerShape(nheads=8, head_dim=80, dstate=128, ngroups=8)  # 10 tiles: neither scheme
+    assert Mamba2StatePool(odd, 1).latency_route_bytes == 0
+    with pytest.raises(ValueError, match=r"latency_route_bytes=4096 is not supported .* \(got 80 \* 128\)"):
+        Mamba2StatePool(odd, 1, ReplayConfig(latency_route_bytes=4096))
     pool = Mamba2StatePool(SUPER, 1)
     per_row = 128 * 64 * 128 * 4
     assert pool.flushes_every_row(DEFAULT_LATENCY_ROUTE_BYTES // per_row)

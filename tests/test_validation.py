@@ -90,11 +90,12 @@ def test_native_abi_struct_size_matches_binding():
 
 @needs_lib
 def test_native_latency_route_accepted_where_the_kernel_takes_it():
-    """The latency route's limit passes validation on an fp32 checkpoint without copy at head_dim * dstate <=
-    8192 (64 x 128, 128 x 64, 80 x 64), and a limit of 0 passes everywhere."""
-    for hd, n in ((64, 128), (128, 64), (80, 64)):
+    """The latency route's limit passes validation on an fp32 checkpoint without copy whose head tiles own the
+    cursor replicas (per tile: 64 x 128, 128 x 64, 80 x 64; per block of four: 64 x 256, 128 x 128, 128 x 256,
+    80 x 256), and a limit of 0 passes everywhere."""
+    for hd, n in ((64, 128), (128, 64), (80, 64), (64, 256), (128, 128), (128, 256), (80, 256)):
         assert _native_status(latency_route_bytes=1 << 25, head_dim=hd, dstate=n) == (0, ""), (hd, n)
-    for hd, n in ((128, 128), (64, 256)):
+    for hd, n in ((80, 128),):
         assert _native_status(latency_route_bytes=0, head_dim=hd, dstate=n)[0] == 0
         assert _native_status(latency_route_bytes=1, head_dim=hd, dstate=n)[0] == 1
 
@@ -135,7 +136,7 @@ def _check_buffer_len_and_dtypes(status):
     (dict(latency_route_bytes=1024, mode=kernels.CONVENTIONAL), "latency_route_bytes=1024 needs mode=1 (replay)"),
     (dict(latency_route_bytes=1024, state_dtype=2), "needs an fp32 checkpoint without read copy (state_dtype=2"),
     (dict(latency_route_bytes=1024, read_format=1, read_state=1 << 20), "without read copy (state_dtype=0, read_format=1)"),
-    (dict(latency_route_bytes=1024, dstate=256), "needs head_dim * dstate <= 8192, got 64 * 256"),
+    (dict(latency_route_bytes=1024, head_dim=80), "tiles <= 8, or a multiple of 4 <= 32; got 80 * 128"),
 ])
 def test_native_errors_name_the_offending_value(overrides, words):
     status, msg = _native_status(**overrides)

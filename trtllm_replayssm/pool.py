@@ -254,16 +254,18 @@ class GdnStatePool(StatePool):
 def latency_route_limit(shape, cfg: ReplayConfig) -> int:
     """The latency route's limit of a layer (config.py): the config's value, its default where the kernels take
     the route, 0 where they do not; an explicit limit they cannot honour is an error naming what is missing.
-    The kernels take it on an fp32 checkpoint without read copy whose head's warp tiles can each own a cursor
-    replica: Mamba-2 head_dim * dstate <= CURSOR_REPLICAS * 1024 (a replica per tile); GDN (scalar decay, not
-    KDA) head_v_dim * head_k_dim <= CURSOR_REPLICAS * 4096 (a replica per block of four tiles)."""
+    The kernels take it on an fp32 checkpoint without read copy whose head's warp tiles (elements / 1024) can
+    own the cursor replicas: one per tile (at most CURSOR_REPLICAS tiles, Mamba-2) or one per block of four tiles
+    (a multiple of four, at most 4 * CURSOR_REPLICAS; GDN always, with scalar decay, not KDA)."""
     if isinstance(shape, GdnLayerShape):
         shape_ok = not shape.per_channel_decay and shape.head_v_dim * shape.head_k_dim <= CURSOR_REPLICAS * 4096
         rule = (f"scalar decay (GDN, not KDA) and head_v_dim * head_k_dim <= {CURSOR_REPLICAS * 4096} "
                 f"(got {shape.head_v_dim} * {shape.head_k_dim})")
     else:
-        shape_ok = shape.head_dim * shape.dstate <= CURSOR_REPLICAS * 1024
-        rule = f"head_dim * dstate <= {CURSOR_REPLICAS * 1024} (got {shape.head_dim} * {shape.dstate})"
+        tiles = shape.head_dim * shape.dstate // 1024
+        shape_ok = tiles <= CURSOR_REPLICAS or (tiles % 4 == 0 and tiles <= 4 * CURSOR_REPLICAS)
+        rule = (f"head_dim * dstate / 1024 tiles <= {CURSOR_REPLICAS}, or a multiple of 4 <= {4 * CURSOR_REPLICAS} "
+                f"(got {shape.head_dim} * {shape.dstate})")
     fits = shape_ok and cfg.state_dtype == torch.float32 and cfg.read_format == "none"
     limit = cfg.latency_route_bytes
     if limit is None:

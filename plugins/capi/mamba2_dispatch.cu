@@ -93,12 +93,14 @@ static rssm_status validate_read_copy(const rssm_mamba2_decode_params& p) {
   return RSSM_OK;
 }
 
-// The latency route's field (dispatch.h check_latency_route), and a head whose tiles each own a cursor replica.
+// The latency route's field (dispatch.h check_latency_route), and a head whose tiles can own the cursor replicas
+// (conventional.cuh latency_route_fits).
 static rssm_status validate_latency_route(const rssm_mamba2_decode_params& p) {
   if (const rssm_status st = check_latency_route(p, RSSM_MAMBA2_REPLAY)) return st;
   if (p.latency_route_bytes && !latency_route_fits(p.head_dim, p.dstate))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "latency_route_bytes=%lld needs head_dim * dstate <= %d, got %d * %d",
-                static_cast<long long>(p.latency_route_bytes), kLatencyRouteMaxHeadElems, p.head_dim, p.dstate);
+    return fail(RSSM_ERR_INVALID_ARGUMENT,
+                "latency_route_bytes=%lld needs head_dim * dstate / 1024 tiles <= 8, or a multiple of 4 <= 32; "
+                "got %d * %d", static_cast<long long>(p.latency_route_bytes), p.head_dim, p.dstate);
   return RSSM_OK;
 }
 

@@ -13,8 +13,11 @@
 // folds them, as the flush route of decode.cuh does (the same fp32 operations in the same order):
 //   w_j = dt_j exp(A sum_{i>j} dt_i) over the window (records 0 .. h-1, the current token h), abar = exp(A sum dt)
 //   S <- abar S0 + sum_{j<h} (w_j x_j) B_jᵀ, then the current token as above with its weight w_h = dt, exp(0) = 1
-// and sets history 0 in the cursor replicas its tile owns (tile, tile + tiles, ...: every replica has one owner
-// and no other warp reads it, which needs tiles <= RSSM_CURSOR_REPLICAS: latency_route_fits).
+// and sets history 0 in the cursor replicas it owns, each replica having one owner that no other warp or block
+// reads: a head of at most 8 tiles (P N / 1024) gives each tile its replica (tile, tile + tiles, ...); a head of
+// 12 to 32 tiles, a multiple of four (its blocks of four warps never straddle heads), gives each block its
+// replica (block t / 4 of the head), which all four warps read before a block barrier and warp 0 writes after
+// it (latency_route_fits; gdn/conventional.cuh does the same).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -30,10 +33,12 @@ namespace mamba2 {
 constexpr int kConventionalWarpsPerBlock = 4;
 
 // The latency route's limit: a head's fp32 tiles (P * N / 1024 of them, Tiling<float, N>::RW = 1024 / N rows
-// each) must each own a cursor replica.
-constexpr int kLatencyRouteMaxHeadElems = RSSM_CURSOR_REPLICAS * 1024;
+// each) own the cursor replicas one per tile (at most 8 tiles) or one per block of four (a multiple of four, at
+// most 32 tiles). Of the supported shapes only P = 80, N = 128 (10 tiles) does not fit.
 __host__ __device__ inline bool latency_route_fits(int head_dim, int dstate) {
-  return head_dim * dstate <= kLatencyRouteMaxHeadElems;
+  const int tiles = head_dim * dstate / 1024;
+  return tiles <= RSSM_CURSOR_REPLICAS ||
+         (tiles % kConventionalWarpsPerBlock == 0 && tiles <= RSSM_CURSOR_REPLICAS * kConventionalWarpsPerBlock);
 }
 
 // The latency route's fold of a row's h > 0 ring records into the thread's fp32 checkpoint vectors s (the
@@ -128,14 +133,19 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
     const int L = p.buffer_len;
     int32_t* const cur = p.cursor + (static_cast<int64_t>(slot) * H + head) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-    const int hist = clamp_history(cur[tile * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);  // replica `tile`
+    const bool per_block = tiles > RSSM_CURSOR_REPLICAS;  // the same for the whole grid (header comment)
+    const int rep = per_block ? tile / kConventionalWarpsPerBlock : tile;  // the replica this warp reads
+    const int owners = per_block ? tiles / kConventionalWarpsPerBlock : tiles;
+    const bool writer = !per_block || tile % kConventionalWarpsPerBlock == 0;
+    const int hist = clamp_history(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);
+    const int origin = wrap_origin(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
+    if (per_block) __syncthreads();  // the block's warps have read their replica before warp 0 rewrites it
     if (hist > 0) {  // warp-uniform: fold the window's records (their S0 is scaled by the window's abar here)
-      const int origin = wrap_origin(cur[tile * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
       fold_records<ActT, N>(p, s, slot, head, group, tile * RW + seg, hist, origin, dt, abar, lane);
       abar = 1.f;  // the current token below: S * 1 (exact), then its update with w_h = dt
-      // WRITES history 0 into the replicas this tile owns (no other warp of this launch reads them)
-      for (int r = tile; r < RSSM_CURSOR_REPLICAS; r += tiles)
-        if (lane == 0) cur[r * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = 0;
+      // WRITES history 0 into the replicas this warp owns (no other warp or block of this launch reads them)
+      if (writer && lane == 0)
+        for (int r = rep; r < RSSM_CURSOR_REPLICAS; r += owners) cur[r * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = 0;
     }
   }
 

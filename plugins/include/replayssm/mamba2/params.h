@@ -72,8 +72,8 @@ typedef struct rssm_mamba2_decode_params {
   //      (batch * H * P * N * 4 <= latency_route_bytes) flushes every row: the checkpoint takes the window's
   //      records and the current token, y = S C + D x, history := 0, no ring record written. Small steps are
   //      latency-bound, so the replay's saving of bytes buys nothing there; at history 0 this is the
-  //      conventional step, bit for bit. 0: never. Needs an fp32 checkpoint, no read copy and P * N <= 8192
-  //      (a head's tiles each own a cursor replica). ----
+  //      conventional step, bit for bit. 0: never. Needs an fp32 checkpoint, no read copy and a head whose
+  //      P * N / 1024 warp tiles can own the cursor replicas (mamba2/conventional.cuh latency_route_fits). ----
   int64_t latency_route_bytes;
 } rssm_mamba2_decode_params;
 
