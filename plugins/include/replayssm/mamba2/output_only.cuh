@@ -50,7 +50,7 @@ constexpr int kRowQuantum = 128;  // a block's rows (heads x P) are a multiple: 
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
-  int ring_B, ring_x, x, z, C, coef, gscale, pre, gate, frag, w, B32, bytes;
+  int ring_B, ring_x, ring_dt, x, z, C, coef, gscale, pre, gate, frag, w, B32, bytes;
 };
 // flush_rows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
 // records in fp32.
@@ -59,6 +59,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   SmemBump bump;  // consecutive 16-byte-aligned regions
   s.ring_B = bump.take(L * kN * act_bytes);        // [L][N] the group's ring of B records
   s.ring_x = bump.take(heads * L * P * act_bytes);  // [heads][L][P] the chunk heads' ring of x records
+  s.ring_dt = bump.take(heads * round_up(L, 4) * 4);  // [heads][round_up(L, 4)] their ring of dt (fp32)
   s.x = bump.take(heads * P * act_bytes);           // [heads * P]
   s.z = bump.take(heads * P * act_bytes);           // [heads * P]
   s.C = bump.take(kN * 4);                          // [N] fp32
@@ -313,6 +314,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   float* const gate_s = reinterpret_cast<float*>(smem + sp.gate);
   uint32_t* const frag_s = reinterpret_cast<uint32_t*>(smem + sp.frag);
   float* const w_s = reinterpret_cast<float*>(smem + sp.w);
+  float* const rdt_s = reinterpret_cast<float*>(smem + sp.ring_dt);
   float* const B32_s = reinterpret_cast<float*>(smem + sp.B32);
   __shared__ float s_bc[kMaxLen + 1];
   __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads], s_D[kMaxHeads];
@@ -332,6 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     const int act = sizeof(ActT);
     copy16(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
     copy16(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
+    copy16(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);  // every record: which ones count needs the cursor
     for (int hh = 0; hh < hpb; ++hh) {
       copy16(x_s + hh * P, x_b + hh * p.x_head_stride, P * act);
       if (z_b) copy16(z_s + hh * P, z_b + hh * p.z_head_stride, P * act);
@@ -392,7 +395,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   for (int hh = warp; hh < hpb; hh += kWarps) {
     const int head = head0 + hh, hist = s_hist[hh], origin = s_origin[hh];
     const float A = p.A[head], dt = s_dt[hh];
-    const float* rdt = p.ring_dt + (sh0 + hh) * ldt;
+    const float* rdt = rdt_s + hh * ldt;
     const int j = lane;
     const float dtj = j > hist ? 0.f : (j == hist ? dt : rdt[ring_pos(origin, j, L)]);
     float ex, total;
