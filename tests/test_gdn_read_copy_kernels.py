@@ -122,7 +122,7 @@ def test_gdn_checkpoint_identical_whatever_the_read_format(act_dtype):
     base = random_pool(shape, 8, ReplayConfig(L, F32, act_dtype, latency_route_bytes=0), DEV)
     pools = {}
     for f in ["none"] + FORMATS:
-        pools[f] = copy_pool(shape, 8, ReplayConfig(L, F32, act_dtype, f))
+        pools[f] = copy_pool(shape, 8, ReplayConfig(L, F32, act_dtype, f, latency_route_bytes=0))
         for name in RING:
             pools[f].buffers[name].copy_(base.buffers[name])
         for s in range(8):
