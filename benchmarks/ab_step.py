@@ -4,38 +4,36 @@
 
 Prints one line per (family, batch): our conventional step, the ReplaySSM step amortised over staggered
 cursors, and (Mamba-2) every row on the output-only route or every row flushing. Mamba-2: Nemotron-3-Super
-shape; GDN: Qwen3.5-122B-A10B; fp32 state, bf16 activations, CUDA graphs (trtllm_replayssm.bench.timing).
+shape; GDN: Qwen3.5-122B-A10B; fp32 state, bf16 activations, CUDA graphs (trtllm_replayssm.bench.timing); the
+launches of a graph rotate over disjoint sets of rows as the benchmark tables do (cold L2 at small batches).
 benchmarks/ab_variants.sh builds several plugin trees and runs this against each.
 """
 
 import argparse
+import itertools
 import math
 
 import torch
 
-from trtllm_replayssm.bench.timing import time_graph_us
+from trtllm_replayssm.bench.timing import cold_slot_sets, graph_launches, pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 
-L2_BYTES = 60e6
 LAUNCHES = 64
-
-
-def _slots(batch, state_bytes):
-    return max(2 * batch, math.ceil(4 * L2_BYTES / state_bytes))
 
 
 def mamba2_line(name, batch, L, dev, latency_route_bytes=None):
     shape, (H, P, N, G) = Mamba2LayerShape(128, 64, 128, 8), (128, 64, 128, 8)
-    slots = _slots(batch, H * P * N * 4)
+    slots = pool_slots(batch, H * P * N * 4)
+    slot_sets = cold_slot_sets(slots, batch, H * P * N * 4, device=dev)
+    n, order = graph_launches(LAUNCHES, len(slot_sets), L), torch.cat(slot_sets).long()
     A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
     D, dt_bias = torch.randn(H, device=dev), torch.rand(H, device=dev) * 3 - 4
     x, z = torch.randn(batch, H, P, device=dev).bfloat16(), torch.randn(batch, H, P, device=dev).bfloat16()
     dt = (torch.randn(batch, H, device=dev) * 0.5).bfloat16()
     B, C = torch.randn(batch, G, N, device=dev).bfloat16(), torch.randn(batch, G, N, device=dev).bfloat16()
-    idx = torch.randperm(slots, device=dev)[:batch].to(torch.int32)
     out = torch.empty_like(x)
     pool = Mamba2StatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16,
                                                       latency_route_bytes=latency_route_bytes), device=dev)
@@ -43,37 +41,40 @@ def mamba2_line(name, batch, L, dev, latency_route_bytes=None):
     pool.ring_x.normal_()
     pool.ring_B.normal_()
     pool.ring_dt.uniform_(0.01, 0.3)
-    kw = dict(D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
-    conv = time_graph_us(lambda: conventional_decode(pool.checkpoint, x, dt, B, C, A, **kw), LAUNCHES)
-    pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
-    step = lambda: replay_decode(pool, x, dt, B, C, A, **kw)  # noqa: E731
-    amortised = time_graph_us(step, LAUNCHES)
+    kw = dict(D=D, z=z, dt_bias=dt_bias, out=out)
+    sets = itertools.cycle(slot_sets)
+    conv = time_graph_us(lambda: conventional_decode(pool.checkpoint, x, dt, B, C, A, slot_idx=next(sets), **kw), n)
+    pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
+    step = lambda: replay_decode(pool, x, dt, B, C, A, slot_idx=next(sets), **kw)  # noqa: E731
+    amortised = time_graph_us(step, n)
     hist = pool.cursor[..., CURSOR_HISTORY]
-    fill = time_graph_us(lambda: hist.fill_(L // 2), LAUNCHES)
-    nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), LAUNCHES) - fill
-    allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), LAUNCHES) - fill
+    fill = time_graph_us(lambda: hist.fill_(L // 2), n)
+    nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), n) - fill
+    allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill
     return (f"{name:12s} mamba2 b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}  "
             f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}")
 
 
 def gdn_line(name, batch, L, dev, latency_route_bytes=None):
     shape, (H, HV, K) = GdnLayerShape(16, 64, 128, 128), (16, 64, 128)
-    slots = _slots(batch, HV * K * K * 4)
+    slots = pool_slots(batch, HV * K * K * 4)
+    slot_sets = cold_slot_sets(slots, batch, HV * K * K * 4, device=dev)
+    n, order = graph_launches(LAUNCHES, len(slot_sets), L), torch.cat(slot_sets).long()
     q = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
     k = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
     v = torch.randn(batch, HV, K, device=dev).bfloat16()
     g, beta = -torch.rand(batch, HV, device=dev) * 0.5, torch.rand(batch, HV, device=dev)
-    idx = torch.randperm(slots, device=dev)[:batch].to(torch.int32)
-    kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v), slot_idx=idx)
+    kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v))
+    sets = itertools.cycle(slot_sets)
     pool = GdnStatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16,
                                                    latency_route_bytes=latency_route_bytes), device=dev)
     pool.checkpoint.normal_()
     pool.ring_u.normal_()
     pool.ring_k.normal_()
     pool.ring_g.uniform_(-0.3, -0.01)
-    conv = time_graph_us(lambda: gdn_conventional_decode(pool.checkpoint, shape, q, k, v, **kw), LAUNCHES)
-    pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
-    amortised = time_graph_us(lambda: gdn_replay_decode(pool, q, k, v, **kw), LAUNCHES)
+    conv = time_graph_us(lambda: gdn_conventional_decode(pool.checkpoint, shape, q, k, v, slot_idx=next(sets), **kw), n)
+    pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
+    amortised = time_graph_us(lambda: gdn_replay_decode(pool, q, k, v, slot_idx=next(sets), **kw), n)
     return f"{name:12s} gdn    b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}"
 
 

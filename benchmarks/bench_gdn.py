@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from trtllm_replayssm.bench.bytes_model import gdn_conventional_bytes, gdn_replay_amortised_bytes
-from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
+from trtllm_replayssm.bench.timing import (cold_slot_sets, copy_bandwidth_gbs, graph_launches, pool_slots,
+                                           time_graph_us)
 from trtllm_replayssm.config import CURSOR_HISTORY, DEFAULT_LATENCY_ROUTE_BYTES, GdnLayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_step, l2norm
@@ -41,7 +42,6 @@ SHAPES = {
     "Qwen3.5-4B": GdnLayerShape(16, 32, 128, 128),
     "Qwen3.5-122B-A10B": GdnLayerShape(16, 64, 128, 128),
 }
-L2_BYTES = 60 << 20
 DEFAULT_WHEEL = Path(".cache/wheels/fla_core-0.6.0-py3-none-any.whl")
 FLA_MODULE = "fla.ops.gated_delta_rule.fused_recurrent"
 
@@ -184,13 +184,6 @@ def kernels_per_step(step):
     return names or None
 
 
-def graph_launches(base: int, sets: int, period: int = 1) -> int:
-    """Launches per graph: at least `base`, a whole number of passes over the slot sets, and for replay every
-    set visited a multiple of L times, so each row goes through all its flush phases equally often."""
-    unit = sets * period
-    return unit * max(1, math.ceil(base / unit))
-
-
 def bench_conventional(shape, batch, slot_sets, fr, sweep, launches, entry, row, kernels):
     dev = torch.device("cuda")
     HV, K, V = shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
@@ -258,15 +251,9 @@ def bench_point(shape_name, shape, batch, Ls, split_L, fr, sweep, launches, cold
     """One (shape, batch) row. `kernels`, when an empty dict, is filled with the kernels each method launches."""
     dev = torch.device("cuda")
     state_bytes = shape.num_v_heads * shape.head_v_dim * shape.head_k_dim * 4
-    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / state_bytes))
-    perm = torch.randperm(num_slots, device=dev).to(torch.int32)
-    sets = num_slots // batch
-    if cold_l2:  # enough disjoint sets that a pass over them touches twice the L2 size of state
-        sets = min(sets, math.ceil(2 * L2_BYTES / (batch * state_bytes)))
-    else:
-        sets = 1
-    slot_sets = [perm[j * batch:(j + 1) * batch] for j in range(sets)]
-    row = {"shape": shape_name, "batch": batch, "slots": num_slots, "slot_sets": sets}
+    num_slots = pool_slots(batch, state_bytes)
+    slot_sets = cold_slot_sets(num_slots, batch, state_bytes, cold_l2, dev)
+    row = {"shape": shape_name, "batch": batch, "slots": num_slots, "slot_sets": len(slot_sets)}
     bench_conventional(shape, batch, slot_sets, fr, sweep, launches, entry, row, kernels)
     torch.cuda.empty_cache()
     bench_replay(shape, batch, slot_sets, Ls, split_L, launches, entry, row, kernels)

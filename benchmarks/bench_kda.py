@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from bench_gdn import DEFAULT_WHEEL, L2_BYTES, ints, load_fla_module
-from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
+from bench_gdn import DEFAULT_WHEEL, ints, load_fla_module
+from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, pool_slots, time_graph_us
 from trtllm_replayssm.config import GdnLayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import l2norm
@@ -85,7 +85,7 @@ def check_fla(fr, shape: GdnLayerShape, dev, batch=3):
 def bench_point(name, shape, batch, Ls, fr, sweep, launches):
     dev = torch.device("cuda")
     HV, K, V = shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
-    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / (HV * V * K * 4)))
+    num_slots = pool_slots(batch, HV * V * K * 4)
     idx = torch.randperm(num_slots, device=dev)[:batch].to(torch.int32)
     q, k, v, g, beta = make_inputs(shape, batch, dev)
     out = torch.empty_like(v)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from trtllm_replayssm.bench.bytes_model import gdn_io_bytes, mamba2_io_bytes
-from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
+from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, GDN_KERNEL_READ_FORMATS, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import l2norm
@@ -38,7 +38,6 @@ SHAPES = {
     "Nemotron-3-Nano-30B": Mamba2LayerShape(64, 64, 128, 8),
     "Qwen3.5-122B-A10B": GdnLayerShape(16, 64, 128, 128),  # GDN (benchmarks/bench_gdn.py)
 }
-L2_BYTES = 60 << 20
 
 
 def nonflush_bytes(shape: Mamba2LayerShape, L: int, fmt: str, act_bytes: int = 2) -> float:
@@ -63,7 +62,7 @@ def gdn_nonflush_bytes(shape: GdnLayerShape, L: int, fmt: str, act_bytes: int = 
 def bench_point_gdn(shape_name, shape, batch, L, formats, launches):
     dev = torch.device("cuda")
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
-    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / (HV * V * K * 4)))
+    num_slots = pool_slots(batch, HV * V * K * 4)
     q = (l2norm(torch.randn(batch, H, K, device=dev)) * K ** -0.5).bfloat16()
     k = l2norm(torch.randn(batch, H, K, device=dev)).bfloat16()
     v = torch.randn(batch, HV, V, device=dev).bfloat16()
@@ -109,7 +108,7 @@ def bench_point(shape_name, shape, batch, L, formats, launches):
         return bench_point_gdn(shape_name, shape, batch, L, formats, launches)
     dev = torch.device("cuda")
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
-    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / (H * P * N * 4)))
+    num_slots = pool_slots(batch, H * P * N * 4)
     A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
     D = torch.randn(H, device=dev)
     dt_bias = torch.rand(H, device=dev) * 3 - 4

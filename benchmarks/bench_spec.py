@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from trtllm_replayssm.bench.bytes_model import mamba2_conventional_bytes, mamba2_io_bytes
-from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, time_graph_us
+from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_verify, snapshot_verify
 from trtllm_replayssm.ops.slots import snapshot_commit, spec_commit
@@ -42,7 +42,6 @@ from trtllm_replayssm.ops.gdn.reference import gdn_gating, l2norm
 from trtllm_replayssm.pool import GdnStatePool
 from trtllm_replayssm.quant import quantize_state
 
-L2_BYTES = 60 << 20
 ACCEPT_TABLES = 16  # tables of accepted counts the captured steps use in turn
 
 
@@ -146,7 +145,7 @@ def mamba2_point(shape_name: str, shape: Mamba2LayerShape, batch: int, T: int, L
     dev = torch.device("cuda")
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
     state_bytes = H * P * N * 4
-    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / state_bytes))
+    num_slots = pool_slots(batch, state_bytes)
     A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
     D = torch.randn(H, device=dev)
     dt_bias = torch.rand(H, device=dev) * 3 - 4
@@ -232,7 +231,7 @@ def gdn_point(shape_name: str, shape: GdnLayerShape, batch: int, T: int, L: int,
     dev = torch.device("cuda")
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
     state_bytes = HV * V * K * 4
-    num_slots = max(2 * batch, math.ceil(4 * L2_BYTES / state_bytes))
+    num_slots = pool_slots(batch, state_bytes)
     q = (l2norm(torch.randn(batch, T, H, K, device=dev)) * K ** -0.5).bfloat16()
     k = l2norm(torch.randn(batch, T, H, K, device=dev)).bfloat16()
     v = torch.randn(batch, T, HV, V, device=dev).bfloat16()

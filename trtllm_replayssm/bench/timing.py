@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import torch
+
+L2_BYTES = 60 << 20  # H200 L2 (50 MiB) rounded up: pools and slot rotations are sized against it
+
+
+def pool_slots(batch: int, state_bytes: int) -> int:
+    """Slots of a benchmark pool: at least twice the batch and four times the L2 size of state."""
+    return max(2 * batch, math.ceil(4 * L2_BYTES / state_bytes))
+
+
+def cold_slot_sets(num_slots: int, batch: int, state_bytes: int, cold_l2: bool = True, device="cuda"):
+    """Disjoint sets of `batch` shuffled slot indices (int32) that the launches of a graph rotate through. cold_l2:
+    enough sets that a pass over them touches twice the L2 size of state, so small batches are timed with their
+    state coming from HBM, as in a model whose other layers evict it between steps; otherwise one set (every
+    launch reuses the same rows: a small batch then runs from a warm L2)."""
+    perm = torch.randperm(num_slots, device=device).to(torch.int32)
+    sets = min(num_slots // batch, math.ceil(2 * L2_BYTES / (batch * state_bytes))) if cold_l2 else 1
+    return [perm[j * batch:(j + 1) * batch] for j in range(sets)]
+
+
+def graph_launches(base: int, sets: int, period: int = 1) -> int:
+    """Launches per graph: at least `base`, a whole number of passes over the slot sets, and for replay every
+    set visited a multiple of L (period) times, so each row goes through all its flush phases equally often."""
+    unit = sets * period
+    return unit * max(1, math.ceil(base / unit))
 
 
 def time_graph_us(step, launches_per_graph: int, replays: int = 10, warmup: int = 3) -> float:

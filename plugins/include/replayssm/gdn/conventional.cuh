@@ -16,7 +16,8 @@
 // and sets history 0 in the cursor replicas its block owns. A head has V K / 1024 tiles, a multiple of four, so
 // its blocks of four warps never straddle heads: block t / 4 of the head reads replica t / 4, every warp of the
 // block reads it before a block barrier, and after it warp 0 writes replicas t / 4, t / 4 + tiles / 4, ... (at
-// most 8 blocks per head: latency_route_fits).
+// most 8 blocks per head: latency_route_fits); a block whose replica holds no record (the steady state of the
+// route) writes nothing and skips the barrier. The replica is the first load a warp issues.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -101,6 +102,18 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int kh = hv / (HV / p.num_k_heads);
   const int seg = lane / LPR, col_lane = lane % LPR;
 
+  // Replay: the block's cursor replica (its warps are tiles 4 rep .. + 3), loaded first so that its latency
+  // overlaps the state's (loaded later, it waited behind the gate chain).
+  [[maybe_unused]] int32_t* cur = nullptr;
+  [[maybe_unused]] int hist = 0, origin = 0;
+  const int rep = tile / kConventionalWarpsPerBlock;
+  if constexpr (kReplay) {
+    const int L = p.buffer_len;
+    cur = p.cursor + (static_cast<int64_t>(slot) * HV + hv) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    hist = clamp_history(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);
+    origin = wrap_origin(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
+  }
+
   // This thread's vectors of the tile: vector (i, c) at row tile * RW + i * RPI + seg, columns
   // (c * LPR + col_lane) * VEC .. + VEC - 1.
   StateT* const st = static_cast<StateT*>(p.state) +
@@ -129,13 +142,10 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);
     g = gate_g<false>(p, b, hv, 0), beta = gate_beta(p, b, hv);
     abar = expf(g);
-    const int L = p.buffer_len;
-    int32_t* const cur = p.cursor + (static_cast<int64_t>(slot) * HV + hv) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-    const int rep = tile / kConventionalWarpsPerBlock;  // the block's replica (its warps are tiles 4 rep .. + 3)
-    const int hist = clamp_history(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);
-    const int origin = wrap_origin(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
-    __syncthreads();  // every warp of the block has read the replica before warp 0 rewrites it
-    if (hist > 0) {   // block-uniform: fold the window's records (S0 scaled by the window's decay there)
+    if (hist > 0) {  // block-uniform (one replica per block): fold the window's records (S0 scaled by their decay)
+      // Every warp of the block has read the replica before warp 0 rewrites it. A block whose replica holds no
+      // record writes nothing and skips the barrier.
+      __syncthreads();
       fold_records<ActT, K>(p, s, slot, hv, kh, tile * RW + seg, hist, origin, g, lane);
       abar = 1.f;  // the current token's decay is in S'
       // WRITES history 0 into the replicas this block owns (no other block of this launch reads them)
