@@ -89,6 +89,11 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// A compiler barrier for memory accesses (emits no instruction): the loads written before it are issued before
+// anything after it. Without it the compiler may sink a load below a branch on another load's value, chaining
+// the two latencies (the state loads of a decode step below the softplus threshold's branch on dt).
+__device__ __forceinline__ void issue_loads_here() { asm volatile("" ::: "memory"); }
+
 // softplus(v) for v <= 20, identity above, as every Mamba-2 reference kernel computes processed dt.
 __device__ __forceinline__ float softplus_thresholded(float v) { return v <= 20.f ? log1pf(expf(v)) : v; }
 

@@ -102,16 +102,16 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int kh = hv / (HV / p.num_k_heads);
   const int seg = lane / LPR, col_lane = lane % LPR;
 
-  // Replay: the block's cursor replica (its warps are tiles 4 rep .. + 3), loaded first so that its latency
-  // overlaps the state's (loaded later, it waited behind the gate chain).
+  // Every load the step needs is issued before any branch on a loaded value (issue_loads_here, as
+  // mamba2/conventional.cuh): the cursor's words, the state, k, q and v; the gates after them.
+  // Replay: the raw words of the block's cursor replica (its warps are tiles 4 rep .. + 3).
   [[maybe_unused]] int32_t* cur = nullptr;
-  [[maybe_unused]] int hist = 0, origin = 0;
+  [[maybe_unused]] int hist_word = 0, origin_word = 0;
   const int rep = tile / kConventionalWarpsPerBlock;
   if constexpr (kReplay) {
-    const int L = p.buffer_len;
     cur = p.cursor + (static_cast<int64_t>(slot) * HV + hv) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-    hist = clamp_history(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);
-    origin = wrap_origin(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
+    hist_word = cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
+    origin_word = cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN];
   }
 
   // This thread's vectors of the tile: vector (i, c) at row tile * RW + i * RPI + seg, columns
@@ -133,6 +133,11 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
     load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
   }
+  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of the tile this lane finishes
+  const int64_t vy_row = tile * RW + my_row;
+  const float v_row = to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + vy_row]);
+  issue_loads_here();
+
   float g, beta, abar;
   if constexpr (!kReplay) {
     g = p.g[b * p.g_batch_stride + hv], beta = p.beta[b * p.beta_batch_stride + hv];
@@ -142,11 +147,12 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);
     g = gate_g<false>(p, b, hv, 0), beta = gate_beta(p, b, hv);
     abar = expf(g);
+    const int L = p.buffer_len, hist = clamp_history(hist_word, L);
     if (hist > 0) {  // block-uniform (one replica per block): fold the window's records (S0 scaled by their decay)
       // Every warp of the block has read the replica before warp 0 rewrites it. A block whose replica holds no
       // record writes nothing and skips the barrier.
       __syncthreads();
-      fold_records<ActT, K>(p, s, slot, hv, kh, tile * RW + seg, hist, origin, g, lane);
+      fold_records<ActT, K>(p, s, slot, hv, kh, tile * RW + seg, hist, wrap_origin(origin_word, L), g, lane);
       abar = 1.f;  // the current token's decay is in S'
       // WRITES history 0 into the replicas this block owns (no other block of this launch reads them)
       if (warp == 0 && lane == 0)
@@ -162,7 +168,6 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
       for (int e = 0; e < VEC; ++e) acc = fmaf(sv[c][e], x[c][e], acc);
     return acc;
   };
-  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of the tile this lane finishes
   const int q = lane % SHARE;
 
   // S' = e^g S;  u = beta (v - S'k)
@@ -176,9 +181,7 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     part[i] = lane_dot(s[i], Kc);
   }
   const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-  const int64_t vy_row = tile * RW + my_row;
-  const ActT* vg = static_cast<const ActT*>(p.v) + b * p.v_batch_stride + hv * p.v_head_stride;
-  const float uv = beta * (to_float(vg[vy_row]) - sk);
+  const float uv = beta * (v_row - sk);
   // Every lane of a row needs its u: through shared memory, within the warp.
   if (q == 0) s_urow[warp][my_row] = uv;
   __syncwarp();

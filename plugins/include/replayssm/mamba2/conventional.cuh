@@ -106,20 +106,21 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int group = head / (H / p.ngroups);
   const int seg = lane / LPR, col_lane = lane % LPR;
 
-  // Replay: the cursor replica this warp reads, loaded first so that its latency overlaps the state's (loaded
-  // later, it waited behind the dt chain: +0.2-0.3 us at batch 1 on the H200).
+  // Every load the step needs is issued before any branch on a loaded value (issue_loads_here): the compiler
+  // would otherwise sink the state loads below the softplus threshold's branch on dt or the cursor's, and the
+  // step would wait for two memory round trips in a row instead of one (the latency of a batch-1 step).
+  // Replay: the raw words of the cursor replica this warp reads.
   [[maybe_unused]] int32_t* cur = nullptr;
-  [[maybe_unused]] int hist = 0, origin = 0, rep = 0, owners = 0;
+  [[maybe_unused]] int hist_word = 0, origin_word = 0, rep = 0, owners = 0;
   [[maybe_unused]] bool per_block = false, writer = false;
   if constexpr (kReplay) {
-    const int L = p.buffer_len;
     cur = p.cursor + (static_cast<int64_t>(slot) * H + head) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
     per_block = tiles > RSSM_CURSOR_REPLICAS;  // the same for the whole grid (header comment)
     rep = per_block ? tile / kConventionalWarpsPerBlock : tile;
     owners = per_block ? tiles / kConventionalWarpsPerBlock : tiles;
     writer = !per_block || tile % kConventionalWarpsPerBlock == 0;
-    hist = clamp_history(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L);
-    origin = wrap_origin(cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN], L);
+    hist_word = cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
+    origin_word = cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN];
   }
 
   // This thread's vectors of the tile: vector (i, v) at row tile * RW + i * RPI + seg, columns
@@ -143,16 +144,34 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   }
   float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
   dt += p.dt_bias ? p.dt_bias[head] : 0.f;
-  dt = p.dt_softplus ? softplus_thresholded(dt) : dt;
-  float abar = expf(p.A[head] * dt);
+  const float A = p.A[head], D = p.D ? p.D[head] : 0.f;
   const ActT* xg = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride + tile * RW;
+  float xv[KI];
+  if (RPI == 1) {
+    load_vec<ActT, KI>(xg + seg, xv);  // the thread's rows are consecutive
+  } else {
+#pragma unroll
+    for (int i = 0; i < KI; ++i) xv[i] = to_float(xg[seg + i * RPI]);
+  }
+  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of the tile this lane finishes
+  const bool finisher = lane % SHARE == 0;
+  const float x_out = finisher ? to_float(xg[my_row]) : 0.f;
+  const float z_out = finisher && p.z ? to_float(static_cast<const ActT*>(p.z)[b * p.z_batch_stride +
+                                                                             head * p.z_head_stride + tile * RW + my_row])
+                                      : 0.f;
+  issue_loads_here();
+
+  dt = p.dt_softplus ? softplus_thresholded(dt) : dt;
+  float abar = expf(A * dt);
   if constexpr (kReplay) {
     static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
+    const int L = p.buffer_len, hist = clamp_history(hist_word, L);
     if (hist > 0) {  // warp-uniform (block-uniform per_block): fold the window's records (S0 scaled by their abar)
       // per_block: the block's warps have read their replica before warp 0 rewrites it. A block whose replica
       // holds no record writes nothing and skips the barrier (all its warps read the one replica).
       if (per_block) __syncthreads();
-      fold_records<ActT, N>(p, s, slot, head, group, tile * RW + seg, hist, origin, dt, abar, lane);
+      fold_records<ActT, N>(p, s, slot, head, group, tile * RW + seg, hist, wrap_origin(origin_word, L), dt, abar,
+                            lane);
       abar = 1.f;  // the current token below: S * 1 (exact), then its update with w_h = dt
       // WRITES history 0 into the replicas this warp owns (no other warp or block of this launch reads them)
       if (writer && lane == 0)
@@ -161,13 +180,6 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   }
 
   // S = abar S0 + (dt x) Bᵀ at this thread's rows
-  float xv[KI];
-  if (RPI == 1) {
-    load_vec<ActT, KI>(xg + seg, xv);  // the thread's rows are consecutive
-  } else {
-#pragma unroll
-    for (int i = 0; i < KI; ++i) xv[i] = to_float(xg[seg + i * RPI]);
-  }
   float part[KI];
 #pragma unroll
   for (int i = 0; i < KI; ++i) {
@@ -189,12 +201,9 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     for (int v = 0; v < NV; ++v) store_stream(st + vec_off(i, v), pack<StateT, VEC>(s[i][v]));  // WRITES state
   }
   const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of the tile this lane finishes
-  if (lane % SHARE == 0) {
-    const float x = to_float(xg[my_row]);
-    float out = fmaf(p.D ? p.D[head] : 0.f, x, yv);
-    if (p.z) out *= silu_gate(to_float(static_cast<const ActT*>(p.z)[b * p.z_batch_stride + head * p.z_head_stride +
-                                                                   tile * RW + my_row]));
+  if (finisher) {
+    float out = fmaf(D, x_out, yv);
+    if (p.z) out *= silu_gate(z_out);
     ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head * p.y_head_stride + tile * RW;
     yg[my_row] = from_float<ActT>(out);  // WRITES y[b, head, row]
   }
