@@ -1,6 +1,7 @@
-"""One conventional and one ReplaySSM (output-only route) decode step of the Super shape, for a profiler:
-    ncu --clock-control none -k regex:decode_kernel python benchmarks/profile_step.py --batch 256
---read-format fp16 / bf16 / fp8 / nvfp4: the ReplaySSM step reads a copy in that format (fp32 checkpoint).
+"""One conventional and one ReplaySSM (output-only route) decode step, three times, for a profiler:
+    ncu --clock-control none -k regex:output_only_kernel python benchmarks/profile_step.py --batch 256
+Mamba-2: the Super shape; --family gdn: Qwen3.5-122B-A10B. --read-format fp16 / bf16 / fp8 / nvfp4 (Mamba-2): the
+ReplaySSM step reads a copy in that format (fp32 checkpoint). Every row sits at --history records (non-flush).
 """
 
 import argparse
@@ -8,9 +9,29 @@ import math
 
 import torch
 
-from trtllm_replayssm.config import CURSOR_HISTORY, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.pool import Mamba2StatePool
+from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
+
+
+def gdn_steps(batch, L, history, dev):
+    shape = GdnLayerShape(16, 64, 128, 128)
+    pool = GdnStatePool(shape, 2 * batch, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
+    pool.checkpoint.normal_()
+    pool.ring_u.normal_()
+    pool.ring_k.normal_(0.0, 128 ** -0.5)
+    pool.ring_g.uniform_(-0.3, -0.01)
+    q = torch.nn.functional.normalize(torch.randn(batch, 16, 128, device=dev), dim=-1).bfloat16()
+    k = torch.nn.functional.normalize(torch.randn(batch, 16, 128, device=dev), dim=-1).bfloat16()
+    v = torch.randn(batch, 64, 128, device=dev).bfloat16()
+    g, beta = -torch.rand(batch, 64, device=dev) * 0.5, torch.rand(batch, 64, device=dev)
+    idx = torch.randperm(2 * batch, device=dev)[:batch].to(torch.int32)
+    kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v), slot_idx=idx)
+    for _ in range(3):
+        pool.cursor[..., CURSOR_HISTORY] = history
+        gdn_conventional_decode(pool.checkpoint, shape, q, k, v, **kw)
+        gdn_replay_decode(pool, q, k, v, **kw)
 from trtllm_replayssm.quant import quantize_state
 
 
@@ -20,7 +41,12 @@ def main():
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--history", type=int, default=8)
     ap.add_argument("--read-format", default="none")
+    ap.add_argument("--family", choices=("mamba2", "gdn"), default="mamba2")
     args = ap.parse_args()
+    if args.family == "gdn":
+        gdn_steps(args.batch, args.L, args.history, torch.device("cuda"))
+        torch.cuda.synchronize()
+        return
     shape = Mamba2LayerShape(128, 64, 128, 8)
     dev = torch.device("cuda")
     b, H, P, N, G = args.batch, 128, 64, 128, 8
