@@ -1,0 +1,36 @@
+"""The benchmarks' pool sizing and cold-L2 slot rotation (trtllm_replayssm/bench/timing.py): CPU only."""
+
+import pytest
+import torch
+
+from trtllm_replayssm.bench.timing import L2_BYTES, cold_slot_sets, graph_launches, pool_slots
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("batch, state_bytes", [(1, 4 * MIB), (8, 4 * MIB), (64, 4 * MIB), (1, 16 * MIB),
+                                                (512, 4 * MIB), (3, 7 * MIB)])
+def test_cold_slot_sets_are_disjoint_and_cover_twice_l2(batch, state_bytes):
+    slots = pool_slots(batch, state_bytes)
+    assert slots >= 2 * batch and slots * state_bytes >= 4 * L2_BYTES
+    sets = cold_slot_sets(slots, batch, state_bytes, device="cpu")
+    assert all(s.dtype == torch.int32 and s.numel() == batch for s in sets)
+    every = torch.cat(sets)
+    assert every.unique().numel() == every.numel(), "the sets share slots"
+    assert int(every.min()) >= 0 and int(every.max()) < slots
+    # Enough sets that one pass touches twice the L2 size, or every whole set the pool holds.
+    assert len(sets) * batch * state_bytes >= 2 * L2_BYTES or len(sets) == slots // batch
+    # ... and no more than needed.
+    assert len(sets) == 1 or (len(sets) - 1) * batch * state_bytes < 2 * L2_BYTES
+
+
+def test_warm_l2_is_one_set():
+    sets = cold_slot_sets(pool_slots(1, 4 * MIB), 1, 4 * MIB, cold_l2=False, device="cpu")
+    assert len(sets) == 1 and sets[0].numel() == 1
+
+
+@pytest.mark.parametrize("base, sets, period", [(32, 1, 1), (32, 30, 1), (32, 30, 16), (64, 8, 4), (7, 3, 5)])
+def test_graph_launches_are_whole_passes_of_whole_periods(base, sets, period):
+    n = graph_launches(base, sets, period)
+    assert n >= base and n % (sets * period) == 0
+    assert n - sets * period < base, "more launches than needed"
