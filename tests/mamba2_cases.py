@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -44,6 +45,16 @@ def random_pool(shape, num_slots, cfg: ReplayConfig, device, desync=True):
 
 def clone_pool(pool: Mamba2StatePool, device=None) -> Mamba2StatePool:
     return pool.clone(device)
+
+
+def ring_route_twin(pool):
+    """A copy of a pool of either family (same buffers) whose config turns the latency route off: its steps take
+    the ring routes where the original's flush every row."""
+    twin = type(pool)(pool.shape, pool.num_slots, dataclasses.replace(pool.cfg, latency_route_bytes=0),
+                      device=pool.device)
+    for name, t in pool.buffers.items():
+        twin.buffers[name].copy_(t)
+    return twin
 
 
 def slot_map(batch, num_slots, n_pad, device, generator=None):

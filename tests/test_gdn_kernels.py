@@ -16,7 +16,7 @@ import torch
 
 from conftest import poisoned
 from gdn_cases import clone_pool, fold_ring, gate_params, random_pool, raw_step_inputs, step_inputs
-from mamba2_cases import rel_err, slot_map
+from mamba2_cases import rel_err, ring_route_twin, slot_map
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN, GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
@@ -178,9 +178,7 @@ def test_latency_route_fold_equals_the_combined_kernels_flush_bitwise(dims, L):
     shape = GdnLayerShape(*dims)
     lat = random_pool(shape, 7, ReplayConfig(L, F32, BF16), DEV, desync=False)
     lat.set_cursor(slice(None), L - 1, torch.randint(0, L, (7,), device=DEV, dtype=torch.int32))
-    ring = GdnStatePool(shape, 7, ReplayConfig(L, F32, BF16, latency_route_bytes=0), device=DEV)
-    for name, t in lat.buffers.items():
-        ring.buffers[name].copy_(t)
+    ring = ring_route_twin(lat)
     assert lat.flushes_every_row(6) and not ring.flushes_every_row(6)
     slots = slot_map(6, 7, n_pad=1, device=DEV)
     q, k, v, g, beta = _inputs(shape, 6, BF16)

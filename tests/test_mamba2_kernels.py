@@ -8,11 +8,10 @@ about two ulps of the coarsest dtype the step stores (fp32 gets 2e-5 for summati
 import pytest
 import torch
 
-from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, slot_map, step_inputs
+from mamba2_cases import clone_pool, layer_params, random_pool, rel_err, ring_route_twin, slot_map, step_inputs
 from oracle import SequentialOracle
 from trtllm_replayssm.config import CURSOR_HISTORY, CURSOR_ORIGIN, Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.pool import Mamba2StatePool
 from trtllm_replayssm.ops.mamba2.replay_reference import (conventional_decode_reference,
                                                           replay_decode_reference)
 
@@ -129,9 +128,7 @@ def test_latency_route_fold_equals_the_combined_kernels_flush_bitwise(P, N, L):
     dev = torch.device("cuda")
     lat = random_pool(shape, 7, ReplayConfig(L, F32, BF16), dev, desync=False)
     lat.set_cursor(slice(None), L - 1, torch.randint(0, L, (7,), device=dev, dtype=torch.int32))
-    ring = Mamba2StatePool(shape, 7, ReplayConfig(L, F32, BF16, latency_route_bytes=0), device=dev)
-    for name, t in lat.buffers.items():
-        ring.buffers[name].copy_(t)
+    ring = ring_route_twin(lat)
     assert lat.flushes_every_row(6) and not ring.flushes_every_row(6)
     A, D, dt_bias = layer_params(shape, dev)
     slots = slot_map(6, 7, n_pad=1, device=dev)
