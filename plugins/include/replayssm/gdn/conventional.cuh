@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int seg = lane / LPR, col_lane = lane % LPR;
 
   // Every load the step needs is issued before any branch on a loaded value (issue_loads_here, as
-  // mamba2/conventional.cuh): the cursor's words, the state, k, q and v; the gates after them.
+  // mamba2/conventional.cuh): the cursor's words, the state, k, q, v and the gates.
   // Replay: the raw words of the block's cursor replica (its warps are tiles 4 rep .. + 3).
   [[maybe_unused]] int32_t* cur = nullptr;
   [[maybe_unused]] int hist_word = 0, origin_word = 0;
@@ -136,16 +136,23 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of the tile this lane finishes
   const int64_t vy_row = tile * RW + my_row;
   const float v_row = to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + vy_row]);
+  HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
+  if constexpr (!kReplay) {
+    gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
+    gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
+  } else {
+    gates_in = load_head_gates(p, b, hv);
+  }
   issue_loads_here();
 
   float g, beta, abar;
   if constexpr (!kReplay) {
-    g = p.g[b * p.g_batch_stride + hv], beta = p.beta[b * p.beta_batch_stride + hv];
+    g = gates_in.a_or_g, beta = gates_in.b_or_beta;
     abar = expf(g);
   } else {
     static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
     prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);
-    g = gate_g<false>(p, b, hv, 0), beta = gate_beta(p, b, hv);
+    head_gates(p, gates_in, g, beta);
     abar = expf(g);
     const int L = p.buffer_len, hist = clamp_history(hist_word, L);
     if (hist > 0) {  // block-uniform (one replica per block): fold the window's records (S0 scaled by their decay)

@@ -25,8 +25,14 @@ __device__ __forceinline__ float load_gate(const void* ptr, int dtype, int64_t i
   }
 }
 
-// g = -exp(A_log) softplus(a + dt_bias) for value head hv (KDA: at key channel c) of batch row b, from the raw
-// gates, or the precomputed g; fp32 as reference.gdn_gating.
+// The gates' arithmetic from their raw inputs, fp32 as reference.gdn_gating: g = -exp(A_log) softplus(a + dt_bias),
+// beta = sigmoid(b).
+__device__ __forceinline__ float raw_gate_g(float a, float dt_bias, float A_log) {
+  return -expf(A_log) * softplus_thresholded(a + dt_bias);
+}
+__device__ __forceinline__ float raw_gate_beta(float b) { return 1.f / (1.f + expf(-b)); }
+
+// g for value head hv (KDA: at key channel c) of batch row b, from the raw gates, or the precomputed g.
 template <bool KDA>
 __device__ __forceinline__ float gate_g(const rssm_gdn_decode_params& p, int b, int hv, int c) {
   if (p.gate_mode != RSSM_GDN_GATES_RAW)
@@ -34,14 +40,40 @@ __device__ __forceinline__ float gate_g(const rssm_gdn_decode_params& p, int b, 
   const int64_t ia = b * p.a_batch_stride + hv * p.a_head_stride + (KDA ? c : 0);
   const int64_t il = hv * p.A_log_head_stride + (KDA ? c * p.A_log_k_stride : 0);
   const int64_t id = hv * p.dt_bias_head_stride + (KDA ? c * p.dt_bias_k_stride : 0);
-  const float x = load_gate(p.a, p.gate_dtype, ia) + load_gate(p.dt_bias, p.gate_param_dtype, id);
-  return -expf(load_gate(p.A_log, p.gate_param_dtype, il)) * softplus_thresholded(x);
+  return raw_gate_g(load_gate(p.a, p.gate_dtype, ia), load_gate(p.dt_bias, p.gate_param_dtype, id),
+                    load_gate(p.A_log, p.gate_param_dtype, il));
 }
 
 // beta of value head hv of batch row b: sigmoid(b) from the raw gates, or the precomputed beta.
 __device__ __forceinline__ float gate_beta(const rssm_gdn_decode_params& p, int b, int hv) {
   if (p.gate_mode != RSSM_GDN_GATES_RAW) return p.beta[b * p.beta_batch_stride + hv];
-  return 1.f / (1.f + expf(-load_gate(p.b, p.gate_dtype, b * p.b_batch_stride + hv)));
+  return raw_gate_beta(load_gate(p.b, p.gate_dtype, b * p.b_batch_stride + hv));
+}
+
+// A value head's scalar gates (g and beta as gate_g<false> and gate_beta give them, the same bits) in two halves:
+// the loads (load_head_gates), then the arithmetic (head_gates), so that a kernel can issue these loads with its
+// others before waiting on any (common/math.cuh issue_loads_here). Precomputed gates: g and beta as read.
+struct HeadGateInputs {
+  float a_or_g = 0.f, dt_bias = 0.f, A_log = 0.f, b_or_beta = 0.f;
+};
+__device__ __forceinline__ HeadGateInputs load_head_gates(const rssm_gdn_decode_params& p, int b, int hv) {
+  HeadGateInputs in;
+  if (p.gate_mode != RSSM_GDN_GATES_RAW) {
+    in.a_or_g = p.g[b * p.g_batch_stride + hv];
+    in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
+  } else {
+    in.a_or_g = load_gate(p.a, p.gate_dtype, b * p.a_batch_stride + hv * p.a_head_stride);
+    in.dt_bias = load_gate(p.dt_bias, p.gate_param_dtype, hv * p.dt_bias_head_stride);
+    in.A_log = load_gate(p.A_log, p.gate_param_dtype, hv * p.A_log_head_stride);
+    in.b_or_beta = load_gate(p.b, p.gate_dtype, b * p.b_batch_stride + hv);
+  }
+  return in;
+}
+__device__ __forceinline__ void head_gates(const rssm_gdn_decode_params& p, const HeadGateInputs& in, float& g,
+                                           float& beta) {
+  const bool raw = p.gate_mode == RSSM_GDN_GATES_RAW;
+  g = raw ? raw_gate_g(in.a_or_g, in.dt_bias, in.A_log) : in.a_or_g;
+  beta = raw ? raw_gate_beta(in.b_or_beta) : in.b_or_beta;
 }
 
 // In-kernel preparation of the current q and k (params.h qk_flags), held as NV vectors of VEC columns per lane,

@@ -247,13 +247,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   };
   for (int a = 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
-  if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), the gates
-    const int hh = threadIdx.x, hv = head0 + hh;
-    const int32_t* cur = cursor + hh * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-    s_hist[hh] = clamp_history(cur[RSSM_CURSOR_HISTORY], L);  // as decode.cuh
-    s_origin[hh] = wrap_origin(cur[RSSM_CURSOR_ORIGIN], L);
-    s_g[hh] = gate_g<false>(p, b, hv, 0);
-    s_beta[hh] = gate_beta(p, b, hv);
+  // Per head, the cursor (replica 0; all replicas agree at the start of a step) and the gates: loaded before any
+  // of them is used (issue_loads_here; used as they arrived, each waited for the one before).
+  const bool head_thread = threadIdx.x < hpb;
+  int hist_word = 0, origin_word = 0;
+  HeadGateInputs gates_in;
+  if (head_thread) {
+    const int32_t* cur = cursor + threadIdx.x * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+    hist_word = cur[RSSM_CURSOR_HISTORY];
+    origin_word = cur[RSSM_CURSOR_ORIGIN];
+    gates_in = load_head_gates(p, b, head0 + threadIdx.x);
+  }
+  issue_loads_here();
+  if (head_thread) {
+    const int hh = threadIdx.x;
+    s_hist[hh] = clamp_history(hist_word, L);  // as decode.cuh
+    s_origin[hh] = wrap_origin(origin_word, L);
+    head_gates(p, gates_in, s_g[hh], s_beta[hh]);
   }
   if (warp == kWarps - 1) {
     // The current k and q, prepared (gates.cuh) in the combined kernel's fp32 K = 128 tiling (lane l: columns

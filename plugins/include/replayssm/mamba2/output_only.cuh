@@ -317,7 +317,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   float* const rdt_s = reinterpret_cast<float*>(smem + sp.ring_dt);
   float* const B32_s = reinterpret_cast<float*>(smem + sp.B32);
   __shared__ float s_bc[kMaxLen + 1];
-  __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads], s_D[kMaxHeads];
+  __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads], s_D[kMaxHeads], s_A[kMaxHeads];
+  __shared__ float s_Bcur[kN];  // the current token's B in fp32
   __shared__ int s_hist[kMaxHeads], s_origin[kMaxHeads];
 
   const int64_t sg = static_cast<int64_t>(slot) * p.ngroups + group, sh0 = static_cast<int64_t>(slot) * H + head0;
@@ -357,18 +358,35 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   };
   for (int a = 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
+  // The prologue's own loads (C and the current B: a thread per column; per head: the cursor (replica 0; all
+  // replicas agree at the start of a step), dt, dt_bias, A, D) all go out before any of them is used
+  // (issue_loads_here): used as they arrived, each waited for the one before (five memory round trips in a row
+  // before the block's first barrier, in the SASS of the H200 build).
+  static_assert(kN <= kWarps * 32, "a thread per column of C and B");
   const ActT* const Cg = static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride;
   const ActT* const Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
-  for (int n = threadIdx.x; n < kN; n += blockDim.x) C_s[n] = to_float(Cg[n]);
-  if (threadIdx.x < hpb) {  // the cursor (replica 0; all replicas agree at the start of a step), processed dt
-    const int32_t* cur = cursor + threadIdx.x * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
-    const int head = head0 + threadIdx.x;
-    s_hist[threadIdx.x] = clamp_history(cur[RSSM_CURSOR_HISTORY], L);
-    s_origin[threadIdx.x] = wrap_origin(cur[RSSM_CURSOR_ORIGIN], L);
-    float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
-    dt += p.dt_bias ? p.dt_bias[head] : 0.f;
+  const bool column = threadIdx.x < kN, head_thread = threadIdx.x < hpb;
+  const ActT c_raw = column ? Cg[threadIdx.x] : ActT{}, b_raw = column ? Bg[threadIdx.x] : ActT{};
+  const int head = head0 + (head_thread ? threadIdx.x : 0);
+  const int32_t* const cur = cursor + (head - head0) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+  const int hist_word = head_thread ? cur[RSSM_CURSOR_HISTORY] : 0;
+  const int origin_word = head_thread ? cur[RSSM_CURSOR_ORIGIN] : 0;
+  const ActT dt_raw = head_thread ? static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]
+                                  : ActT{};
+  const float dt_bias = head_thread && p.dt_bias ? p.dt_bias[head] : 0.f;
+  const float A_head = head_thread ? p.A[head] : 0.f, D_head = head_thread && p.D ? p.D[head] : 0.f;
+  issue_loads_here();
+  if (column) {
+    C_s[threadIdx.x] = to_float(c_raw);
+    s_Bcur[threadIdx.x] = to_float(b_raw);
+  }
+  if (head_thread) {
+    s_hist[threadIdx.x] = clamp_history(hist_word, L);
+    s_origin[threadIdx.x] = wrap_origin(origin_word, L);
+    const float dt = to_float(dt_raw) + dt_bias;
     s_dt[threadIdx.x] = p.dt_softplus ? softplus_thresholded(dt) : dt;
-    s_D[threadIdx.x] = p.D ? p.D[head] : 0.f;
+    s_A[threadIdx.x] = A_head;
+    s_D[threadIdx.x] = D_head;
   }
   cp_async_wait_group<0>();
   __syncthreads();
@@ -378,7 +396,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 #pragma unroll
     for (int e = 0; e < kN / 32; ++e) {
       const int n = lane * (kN / 32) + e;
-      d = fmaf(to_float(j < L ? rB_s[j * kN + n] : Bg[n]), C_s[n], d);
+      d = fmaf(j < L ? to_float(rB_s[j * kN + n]) : s_Bcur[n], C_s[n], d);
     }
     d = group_sum<32>(d);
     if (lane == 0) s_bc[j] = d;
@@ -387,14 +405,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     bool flushes = false;
     for (int hh = 0; hh < hpb; ++hh) flushes |= s_hist[hh] == L - 1;
     if (flushes)
-      for (int i = threadIdx.x; i < (L + 1) * kN; i += blockDim.x) B32_s[i] = to_float(i < L * kN ? rB_s[i] : Bg[i - L * kN]);
+      for (int i = threadIdx.x; i < (L + 1) * kN; i += blockDim.x)
+        B32_s[i] = i < L * kN ? to_float(rB_s[i]) : s_Bcur[i - L * kN];
   }
   __syncthreads();
   // Window weights, one warp per head (decode.cuh's prologue), and the current x into its ring record: in shared
   // memory (the window below) and, for a non-flush head, in the pool.
   for (int hh = warp; hh < hpb; hh += kWarps) {
-    const int head = head0 + hh, hist = s_hist[hh], origin = s_origin[hh];
-    const float A = p.A[head], dt = s_dt[hh];
+    const int hist = s_hist[hh], origin = s_origin[hh];
+    const float A = s_A[hh], dt = s_dt[hh];
     const float* rdt = rdt_s + hh * ldt;
     const int j = lane;
     const float dtj = j > hist ? 0.f : (j == hist ? dt : rdt[ring_pos(origin, j, L)]);
@@ -490,7 +509,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   }
   if (chunk == 0 && s_hist[0] < L - 1) {
     ActT* rB = static_cast<ActT*>(p.ring_B) + (sg * L + ring_pos(s_origin[0], s_hist[0], L)) * kN;
-    for (int n = threadIdx.x; n < kN; n += blockDim.x) rB[n] = Bg[n];  // WRITES ring_B[slot, group, pos, :]
+    // WRITES ring_B[slot, group, pos, :] (the activation dtype's value back from fp32: exact)
+    if (threadIdx.x < kN) rB[threadIdx.x] = from_float<ActT>(s_Bcur[threadIdx.x]);
   }
 }
 
