@@ -252,11 +252,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   float* const kq_cur_s = reinterpret_cast<float*>(smem + sp.kq_cur);  // KDA only: [0, K) k, [K, 2K) q
   if (threadIdx.x < heads) {
     const int hv = head0 + threadIdx.x;
-    s_beta[threadIdx.x] = gate_beta(p, b, hv);
-    if (!KDA) {
-      const float g = gate_g<false>(p, b, hv, 0);
+    if (!KDA) {  // the gates' loads both go out before their arithmetic (gates.cuh load_head_gates)
+      const HeadGateInputs in = load_head_gates(p, b, hv);
+      issue_loads_here();
+      float g, beta;
+      head_gates(p, in, g, beta);
+      s_beta[threadIdx.x] = beta;
       s_g[threadIdx.x] = g;
       if (!REPLAY) s_abar[threadIdx.x] = expf(g);  // the weights at h = 0: e^E = e^g, no ring terms
+    } else {
+      s_beta[threadIdx.x] = gate_beta(p, b, hv);
     }
   }
   if (KDA) {

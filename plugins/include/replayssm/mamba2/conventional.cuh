@@ -26,6 +26,7 @@
 
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/params.h"
 
 namespace replayssm {
@@ -142,9 +143,7 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     load_vec<ActT, VEC>(Bg + (v * LPR + col_lane) * VEC, Bc[v]);
     load_vec<ActT, VEC>(Cg + (v * LPR + col_lane) * VEC, Cc[v]);
   }
-  float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
-  dt += p.dt_bias ? p.dt_bias[head] : 0.f;
-  const float A = p.A[head], D = p.D ? p.D[head] : 0.f;
+  const HeadInputs head_in = load_head_inputs<ActT>(p, b * p.dt_batch_stride + head * p.dt_head_stride, head);
   const ActT* xg = static_cast<const ActT*>(p.x) + b * p.x_batch_stride + head * p.x_head_stride + tile * RW;
   float xv[KI];
   if (RPI == 1) {
@@ -161,8 +160,8 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
                                       : 0.f;
   issue_loads_here();
 
-  dt = p.dt_softplus ? softplus_thresholded(dt) : dt;
-  float abar = expf(A * dt);
+  const float dt = processed_dt(p, head_in);
+  float abar = expf(head_in.A * dt);
   if constexpr (kReplay) {
     static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
     const int L = p.buffer_len, hist = clamp_history(hist_word, L);
@@ -202,7 +201,7 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   }
   const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
   if (finisher) {
-    float out = fmaf(D, x_out, yv);
+    float out = fmaf(head_in.D, x_out, yv);
     if (p.z) out *= silu_gate(z_out);
     ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head * p.y_head_stride + tile * RW;
     yg[my_row] = from_float<ActT>(out);  // WRITES y[b, head, row]

@@ -73,6 +73,7 @@
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/read_copy.cuh"
 #include "replayssm/mamba2/conventional.cuh"
+#include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/output_only.cuh"
 #include "replayssm/mamba2/params.h"
 
@@ -372,15 +373,15 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
     load_vec<ActT, VEC>(Bg + (v * LPR + col_lane) * VEC, Bc[v]);
     load_vec<ActT, VEC>(Cg + (v * LPR + col_lane) * VEC, Cc[v]);
   }
-  if (threadIdx.x < heads) {
+  if (threadIdx.x < heads) {  // the head's loads all go out before the softplus branch (head_inputs.cuh)
     const int head = head0 + threadIdx.x;
-    float dt = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]);
-    dt += p.dt_bias ? p.dt_bias[head] : 0.f;
-    dt = p.dt_softplus ? softplus_thresholded(dt) : dt;
+    const HeadInputs in = load_head_inputs<ActT>(p, b * p.dt_batch_stride + head * p.dt_head_stride, head);
+    issue_loads_here();
+    const float dt = processed_dt(p, in);
     s_dt[threadIdx.x] = dt;
-    s_A[threadIdx.x] = p.A[head];
-    s_D[threadIdx.x] = p.D ? p.D[head] : 0.f;
-    if (!REPLAY) s_abar[threadIdx.x] = expf(p.A[head] * dt);  // the t = 1 weights: abar = exp(A dt), w_0 = dt
+    s_A[threadIdx.x] = in.A;
+    s_D[threadIdx.x] = in.D;
+    if (!REPLAY) s_abar[threadIdx.x] = expf(in.A * dt);  // the t = 1 weights: abar = exp(A dt), w_0 = dt
   }
   cp_async_wait_group<2>();  // group 0 has landed for this thread's copies
   __syncthreads();           // ... and for everyone's

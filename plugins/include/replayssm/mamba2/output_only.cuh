@@ -36,6 +36,7 @@
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/params.h"
 
 namespace replayssm {
@@ -371,10 +372,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   const int32_t* const cur = cursor + (head - head0) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   const int hist_word = head_thread ? cur[RSSM_CURSOR_HISTORY] : 0;
   const int origin_word = head_thread ? cur[RSSM_CURSOR_ORIGIN] : 0;
-  const ActT dt_raw = head_thread ? static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + head * p.dt_head_stride]
-                                  : ActT{};
-  const float dt_bias = head_thread && p.dt_bias ? p.dt_bias[head] : 0.f;
-  const float A_head = head_thread ? p.A[head] : 0.f, D_head = head_thread && p.D ? p.D[head] : 0.f;
+  const HeadInputs head_in =
+      head_thread ? load_head_inputs<ActT>(p, b * p.dt_batch_stride + head * p.dt_head_stride, head) : HeadInputs{};
   issue_loads_here();
   if (column) {
     C_s[threadIdx.x] = to_float(c_raw);
@@ -383,10 +382,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
   if (head_thread) {
     s_hist[threadIdx.x] = clamp_history(hist_word, L);
     s_origin[threadIdx.x] = wrap_origin(origin_word, L);
-    const float dt = to_float(dt_raw) + dt_bias;
-    s_dt[threadIdx.x] = p.dt_softplus ? softplus_thresholded(dt) : dt;
-    s_A[threadIdx.x] = A_head;
-    s_D[threadIdx.x] = D_head;
+    s_dt[threadIdx.x] = processed_dt(p, head_in);
+    s_A[threadIdx.x] = head_in.A;
+    s_D[threadIdx.x] = head_in.D;
   }
   cp_async_wait_group<0>();
   __syncthreads();

@@ -60,6 +60,7 @@
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/multi_reduce.cuh"
 #include "replayssm/common/read_copy.cuh"
+#include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/snapshot.cuh"
 #include "replayssm/mamba2/spec_params.h"
 
@@ -241,16 +242,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
   for (int k = threadIdx.x; k < chunk_heads * TM; k += blockDim.x) {
     const int hh = k / TM, s = k % TM, head = head0 + hh;
-    float d = 0.f;
-    if (s < T) {
-      d = to_float(static_cast<const ActT*>(p.dt)[b * p.dt_batch_stride + s * p.dt_token_stride + head * p.dt_head_stride]);
-      d += p.dt_bias ? p.dt_bias[head] : 0.f;
-      d = p.dt_softplus ? softplus_thresholded(d) : d;
-    }
-    s_dtp[hh][s] = d;
+    HeadInputs in;  // the loads all go out before the softplus branch (head_inputs.cuh)
+    if (s < T)
+      in = load_head_inputs<ActT>(p, b * p.dt_batch_stride + s * p.dt_token_stride + head * p.dt_head_stride, head);
+    issue_loads_here();
+    s_dtp[hh][s] = s < T ? processed_dt(p, in) : 0.f;
     if (s == 0) {
-      s_A[hh] = p.A[head];
-      s_D[hh] = p.D ? p.D[head] : 0.f;
+      s_A[hh] = in.A;
+      s_D[hh] = in.D;
     }
   }
   if (S == 3) cp_async_wait_group<2>(); else cp_async_wait_group<1>();  // group 0 has landed
