@@ -222,12 +222,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
     }
     const float* rgg = p.ring_g + sh0 * ldg;
     for (int i = threadIdx.x; i < hpb * ldg / 4; i += blockDim.x) cp_async<16>(rg_s + i * 4, rgg + i * 4);
-    const int v8 = V * act / 8;  // 8-byte pieces of a head's v (validation makes each (row, head) 16-byte aligned,
-                                 // so 16-byte pieces would do: a candidate for the next A/B)
-    for (int i = threadIdx.x; i < hpb * v8; i += blockDim.x) {
-      const int hh = i / v8, c8 = i - hh * v8;
-      cp_async<8>(reinterpret_cast<char*>(v_s + hh * V) + c8 * 8,
-                  reinterpret_cast<const char*>(v_b + hh * p.v_head_stride) + c8 * 8);
+    const int v16 = V * act / 16;  // 16-byte pieces of a head's v (validation makes each (row, head) 16-byte aligned)
+    for (int i = threadIdx.x; i < hpb * v16; i += blockDim.x) {
+      const int hh = i / v16, c16 = i - hh * v16;
+      cp_async<16>(reinterpret_cast<char*>(v_s + hh * V) + c16 * 16,
+                   reinterpret_cast<const char*>(v_b + hh * p.v_head_stride) + c16 * 16);
     }
     cp_async_commit();
   }
