@@ -396,9 +396,10 @@ inline int heads_per_block(const rssm_gdn_decode_params& p, int smem_per_sm) {
   if (sizeof(ActT) != 2 || p.mode != RSSM_GDN_REPLAY || p.per_channel_decay || p.head_k_dim != kK) return 0;
   if (p.buffer_len < 2 || p.buffer_len > kMaxLen || p.head_v_dim % 16) return 0;
   const int hpg = p.num_v_heads / p.num_k_heads;
+  static const int overhead = block_smem_overhead(output_only_kernel<ActT>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_v_dim) % kRowQuantum) continue;
-    if (2 * (smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes + 2048) <= smem_per_sm) return hpb;
+    if (2 * (smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes + overhead) <= smem_per_sm) return hpb;
   }
   return 0;
 }

@@ -519,9 +519,10 @@ template <typename ActT, typename Fmt>
 inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) {
   if (sizeof(ActT) != 2 || p.dstate != kN || p.buffer_len < 2 || p.buffer_len > kMaxLen) return 0;
   const int hpg = p.nheads / p.ngroups;
+  static const int overhead = block_smem_overhead(output_only_kernel<ActT, Fmt>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum) continue;
-    if (2 * (smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes + 2048) <= smem_per_sm)
+    if (2 * (smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes + overhead) <= smem_per_sm)
       return hpb;
   }
   return 0;
