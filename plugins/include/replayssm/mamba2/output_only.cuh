@@ -45,6 +45,7 @@ namespace output_only {
 
 constexpr int kN = 128;           // d_state of this route (others take the combined kernel)
 constexpr int kWarps = 8;         // warps per block
+constexpr int kFragWords = 256;   // nvfp4: words of the m16n8k32 B fragments (8 per lane of a warp)
 constexpr int kMaxHeads = 16;     // heads per block
 constexpr int kMaxLen = 32;       // L of this route (one lane per ring record in the weights' scan)
 constexpr int kRowQuantum = 128;  // a block's rows (heads x P) are a multiple: whole 16-row steps per warp
@@ -68,7 +69,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   s.gscale = bump.take(heads * P);                  // [heads * P / 4] fp32 group scales (nvfp4)
   s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum
   s.gate = bump.take(heads * P * 4);                // [heads * P] silu(z), or 1
-  s.frag = bump.take(kWarps * 32 * 4);              // [256] words of B fragments (nvfp4)
+  s.frag = bump.take(kFragWords * 4);               // [256] words of B fragments (nvfp4)
   s.w = bump.take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
   s.B32 = bump.take(flush_rows ? (L + 1) * kN * 4 : 0);  // [L + 1][N] fp32 B records by position, the current at L
   s.bytes = bump.off;
@@ -182,18 +183,21 @@ struct Nvfp4Mma {
     m = group_max<32>(m);
     return m > 0.f ? exp2f(floorf(log2f(448.f / m))) : 1.f;
   }
-  // The block's B fragments, once: thread t builds word t % 8 (chunk q = word / 2, odd = word % 2) of lane t / 8.
+  // The block's B fragments, once: word t (kFragWords of them, one per thread of a 256-thread block) is word
+  // t % 8 (chunk q = word / 2, odd = word % 2) of lane t / 8.
   __device__ static void prepare(const float* C_s, uint32_t* frag_s) {
     const float sC = c_scale(C_s);
-    const int t = threadIdx.x, ln = t / 8, word = t % 8, q = word / 2, odd = word % 2;
-    const int n = ln / 4, c = ln % 4, term = n / 4, quarter = n % 4;
-    float v[4];
+    for (int t = threadIdx.x; t < kFragWords; t += blockDim.x) {
+      const int ln = t / 8, word = t % 8, q = word / 2, odd = word % 2;
+      const int n = ln / 4, c = ln % 4, term = n / 4, quarter = n % 4;
+      float v[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float cs = C_s[32 * c + 8 * q + 2 * i + odd] * sC;
-      v[i] = c != quarter ? 0.f : term == 0 ? cs : 16.f * (cs - to_float(from_float<__nv_fp8_e4m3>(cs)));
+      for (int i = 0; i < 4; ++i) {
+        const float cs = C_s[32 * c + 8 * q + 2 * i + odd] * sC;
+        v[i] = c != quarter ? 0.f : term == 0 ? cs : 16.f * (cs - to_float(from_float<__nv_fp8_e4m3>(cs)));
+      }
+      frag_s[t] = pack_e4m3x4(v[0], v[1], v[2], v[3]);
     }
-    frag_s[t] = pack_e4m3x4(v[0], v[1], v[2], v[3]);
   }
   __device__ static Ctx context(const float* C_s, const uint32_t* frag_s, int lane) {
     Ctx x;
