@@ -45,9 +45,10 @@ namespace output_only {
 
 constexpr int kK = 128;           // head_k_dim of this route (others take the combined kernel)
 constexpr int kWarps = 8;         // warps per block
+constexpr int kBlocksPerSm = 16 / kWarps;  // blocks per multiprocessor planned for (16 warps: 128 registers)
 constexpr int kMaxHeads = 16;     // value heads per block
 constexpr int kMaxLen = 32;       // L of this route (one lane per record in the weights' scan)
-constexpr int kRowQuantum = 128;  // a block's rows (heads x V) are a multiple: whole 16-row batches per warp
+constexpr int kRowQuantum = 16 * kWarps;  // a block's rows (heads x V) are a multiple: whole 16-row batches per warp
 constexpr int kUPad = 8;          // ring u records in shared memory: V + 8 elements apart (16 bytes), so that the
                                   // 4 lanes of a row, reading records j = c, c + 4, ..., hit distinct banks
 
@@ -176,8 +177,8 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
 }
 
 template <typename ActT>
-__global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p,
-                                                                     const int hpb, const int ahead) {
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+    output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p, const int hpb, const int ahead) {
   constexpr int kBatch = 2;  // warp steps of loads in flight
   const int b = blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
   const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
@@ -390,7 +391,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 // Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): replay,
 // scalar decay, K = 128 (the template), L 2..32, bf16 / fp16 activations (the template), V a multiple of 16, and
 // a block of the most value heads (<= 16, dividing the heads per key head) whose rows are whole 16-row batches
-// per warp and whose shared memory leaves two blocks per multiprocessor.
+// per warp and whose shared memory leaves kBlocksPerSm blocks per multiprocessor.
 template <typename ActT>
 inline int heads_per_block(const rssm_gdn_decode_params& p, int smem_per_sm) {
   if (sizeof(ActT) != 2 || p.mode != RSSM_GDN_REPLAY || p.per_channel_decay || p.head_k_dim != kK) return 0;
@@ -399,7 +400,8 @@ inline int heads_per_block(const rssm_gdn_decode_params& p, int smem_per_sm) {
   static const int overhead = block_smem_overhead(output_only_kernel<ActT>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_v_dim) % kRowQuantum) continue;
-    if (2 * (smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes + overhead) <= smem_per_sm) return hpb;
+    if (kBlocksPerSm * (smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes + overhead) <= smem_per_sm)
+      return hpb;
   }
   return 0;
 }

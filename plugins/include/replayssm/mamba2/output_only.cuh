@@ -45,10 +45,11 @@ namespace output_only {
 
 constexpr int kN = 128;           // d_state of this route (others take the combined kernel)
 constexpr int kWarps = 8;         // warps per block
+constexpr int kBlocksPerSm = 16 / kWarps;  // blocks per multiprocessor planned for (16 warps: 128 registers)
 constexpr int kFragWords = 256;   // nvfp4: words of the m16n8k32 B fragments (8 per lane of a warp)
 constexpr int kMaxHeads = 16;     // heads per block
 constexpr int kMaxLen = 32;       // L of this route (one lane per ring record in the weights' scan)
-constexpr int kRowQuantum = 128;  // a block's rows (heads x P) are a multiple: whole 16-row steps per warp
+constexpr int kRowQuantum = 16 * kWarps;  // a block's rows (heads x P) are a multiple: whole 16-row steps per warp
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
@@ -294,8 +295,8 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 }
 
 template <typename ActT, typename Fmt>
-__global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p,
-                                                                     const int hpb, const int ahead) {
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+    output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead) {
   constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8;
   constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
   const int b = blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
@@ -518,7 +519,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) output_only_kernel(const __gri
 
 // Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): d_state
 // 128, L <= 32, bf16 / fp16 activations, and a block of the most heads (<= 16, dividing the heads per group)
-// whose rows are whole 16-row steps per warp and whose shared memory leaves two blocks per multiprocessor.
+// whose rows are whole 16-row steps per warp and whose shared memory leaves kBlocksPerSm blocks per multiprocessor.
 template <typename ActT, typename Fmt>
 inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) {
   if (sizeof(ActT) != 2 || p.dstate != kN || p.buffer_len < 2 || p.buffer_len > kMaxLen) return 0;
@@ -526,8 +527,8 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
   static const int overhead = block_smem_overhead(output_only_kernel<ActT, Fmt>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum) continue;
-    if (2 * (smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes + overhead) <= smem_per_sm)
-      return hpb;
+    const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+    if (kBlocksPerSm * (bytes + overhead) <= smem_per_sm) return hpb;
   }
   return 0;
 }
