@@ -325,15 +325,16 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     if (lane == 0) s_abar[hh] = expf(total);
   }
   __syncthreads();
-  // Per row, once: the window's part of y, sum_{j<h} w_j (k_j·q) u_j (y only: its order is free).
-  for (int lrow = threadIdx.x; lrow < hpb * V; lrow += blockDim.x) {
+  // Per row, once: the window's part of y, sum_{j<h} w_j (k_j·q) u_j (y only: its order is free). Each warp its
+  // own rows, the only ones it reads below: a warp barrier, not a block barrier.
+  for (int lrow = warp * rpw + lane; lrow < (warp + 1) * rpw; lrow += 32) {
     const int hh = lrow / V, r = lrow - hh * V, hist = s_hist[hh], origin = s_origin[hh];
     const ActT* ru = ru_s + hh * L * us + r;
     float acc = 0.f;
     for (int j = 0; j < hist; ++j) acc = fmaf(cq_s[hh * L + j], to_float(ru[ring_pos(origin, j, L) * us]), acc);
     pre_s[lrow] = acc;
   }
-  __syncthreads();
+  __syncwarp();
 
   const float kq_cur = s_kq_cur;
 #pragma unroll 1

@@ -439,8 +439,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   }
   Fmt::prepare(C_s, frag_s);
   __syncthreads();
-  // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z).
-  for (int lrow = threadIdx.x; lrow < hpb * P; lrow += blockDim.x) {
+  // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z). Each
+  // warp its own rows, the only ones it reads below (flushing or not): a warp barrier, not a block barrier.
+  for (int lrow = warp * rpw + lane; lrow < (warp + 1) * rpw; lrow += 32) {
     const int hh = lrow / P, r = lrow - hh * P;
     const ActT* rx = rx_s + hh * L * P + r;
     const float* coef = coef_s + hh * L;
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     pre_s[lrow] = fmaf(s_D[hh], to_float(x_s[lrow]), w);
     gate_s[lrow] = z_b ? silu_gate(to_float(z_s[lrow])) : 1.f;
   }
-  __syncthreads();
+  __syncwarp();
   const typename Fmt::Ctx ctx = Fmt::context(C_s, frag_s, lane);
 
   for (int s0 = 0; s0 < steps; s0 += kBatch) {
