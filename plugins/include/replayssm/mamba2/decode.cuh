@@ -739,10 +739,11 @@ constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
 constexpr int kFlushBlockHeads = 8;     // fp32: most heads per block
 constexpr int kFlushBlocksPerSm = 24;   // fp32: fewest blocks per multiprocessor for the split
-inline int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms, bool flush_rows) {
-  const SplitRoutePolicy policy = flush_rows ? SplitRoutePolicy{kFlushBlockHeads, kFlushBlocksPerSm, true}
+template <typename Fmt>
+int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
+  const SplitRoutePolicy policy = Fmt::kFlushRows ? SplitRoutePolicy{kFlushBlockHeads, kFlushBlocksPerSm, true}
                                              : SplitRoutePolicy{output_only::kMaxHeads, 2, true};
-  return split_route_heads(hpb, p.head_dim, output_only::kRowQuantum, p.batch, p.nheads, sms, policy);
+  return split_route_heads(hpb, p.head_dim, output_only::kRowQuantum<Fmt>, p.batch, p.nheads, sms, policy);
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
@@ -767,7 +768,7 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     if (err == cudaSuccess) err = device_sms(sms);
     if (err != cudaSuccess) return err;
     using Fmt = std::conditional_t<std::is_void_v<CopyT>, output_only::Fp32Read, output_only::Nvfp4Mma>;
-    const int hpb = output_only_heads(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms, Fmt::kFlushRows);
+    const int hpb = output_only_heads<Fmt>(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms);
     if (hpb > 0) {
       if constexpr (!Fmt::kFlushRows) {  // flush rows first (cursors untouched), then every other row and cursor
         err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);

@@ -44,12 +44,16 @@ namespace mamba2 {
 namespace output_only {
 
 constexpr int kN = 128;           // d_state of this route (others take the combined kernel)
-constexpr int kWarps = 8;         // warps per block
-constexpr int kBlocksPerSm = 16 / kWarps;  // blocks per multiprocessor planned for (16 warps: 128 registers)
+// Warps per block: a read format's kWarps (Fp32Read 8, Nvfp4Mma 4). Blocks per multiprocessor planned for follow
+// it (16 warps: 128 registers), and so does the row quantum: a block's rows (heads x P) are a multiple, whole
+// 16-row steps per warp.
+template <typename Fmt>
+constexpr int kBlocksPerSm = 16 / Fmt::kWarps;
+template <typename Fmt>
+constexpr int kRowQuantum = 16 * Fmt::kWarps;
 constexpr int kFragWords = 256;   // nvfp4: words of the m16n8k32 B fragments (8 per lane of a warp)
 constexpr int kMaxHeads = 16;     // heads per block
 constexpr int kMaxLen = 32;       // L of this route (one lane per ring record in the weights' scan)
-constexpr int kRowQuantum = 16 * kWarps;  // a block's rows (heads x P) are a multiple: whole 16-row steps per warp
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
@@ -84,6 +88,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
 
 struct Fp32Read {
   static constexpr int kRows = 8, kBatch = 2;
+  static constexpr int kWarps = 8;
   static constexpr bool kFlushRows = true;  // flushing heads' rows are rebuilt here
   struct Regs {
     float4 v[8];
@@ -166,6 +171,10 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
 
 struct Nvfp4Mma {
   static constexpr int kRows = 16, kBatch = 4;
+  // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
+  // by the codes, and smaller blocks overlap more prologues. H200, one run, Super b256 L16: 137.1 us against 158.5
+  // with eight warps (fp32 reads: 289.5 against 287.0, so they keep eight; benchmarks/ab_block_warps.md).
+  static constexpr int kWarps = 4;
   static constexpr bool kFlushRows = false;  // the flush launch writes them (codes and scales in its mapping)
   struct Regs {
     uint4 c0, c1;     // codes of rows g and g + 8, columns 32 c .. 32 c + 31
@@ -295,9 +304,9 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 }
 
 template <typename ActT, typename Fmt>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+__global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead) {
-  constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8;
+  constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8, kWarps = Fmt::kWarps;
   constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
   const int b = blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
   const int group = blockIdx.x / chunks, chunk = blockIdx.x - group * chunks;
@@ -527,9 +536,9 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
   const int hpg = p.nheads / p.ngroups;
   static const int overhead = block_smem_overhead(output_only_kernel<ActT, Fmt>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
-    if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum) continue;
+    if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum<Fmt>) continue;
     const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
-    if (kBlocksPerSm * (bytes + overhead) <= smem_per_sm) return hpb;
+    if (kBlocksPerSm<Fmt> * (bytes + overhead) <= smem_per_sm) return hpb;
   }
   return 0;
 }
@@ -541,7 +550,7 @@ cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, cudaS
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
-  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb, ahead);
+  kernel<<<grid, Fmt::kWarps * 32, bytes, stream>>>(p, hpb, ahead);
   return cudaGetLastError();
 }
 
