@@ -13,6 +13,7 @@ from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, Mamba2LayerSh
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
+from trtllm_replayssm.quant import quantize_state
 
 
 def gdn_steps(batch, L, history, dev):
@@ -32,7 +33,6 @@ def gdn_steps(batch, L, history, dev):
         pool.cursor[..., CURSOR_HISTORY] = history
         gdn_conventional_decode(pool.checkpoint, shape, q, k, v, **kw)
         gdn_replay_decode(pool, q, k, v, **kw)
-from trtllm_replayssm.quant import quantize_state
 
 
 def main():
