@@ -643,7 +643,7 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // in it), and with how many value heads per block (0: the combined kernel). It exists for an fp32 checkpoint,
 // bf16 / fp16 activations, K = 128 and scalar decay; output_only::heads_per_block() gives the most heads a block
 // can take (and 0 for the shapes it does not take). The policy is Mamba-2's (mamba2/decode.cuh
-// output_only_heads, measured there on the H200: docs/mamba2.md), once kOutputOnlyByDefault switches it on (it
+// output_only_heads, measured there on the H200: docs/mamba2_log.md), once kOutputOnlyByDefault switches it on (it
 // is off until the route is timed on the H200): a flushing block takes about twice a reading block, so blocks of
 // at most 8 heads, taken when the launch has at least 24 of them per multiprocessor; smaller launches keep the
 // combined kernel, whose flush units are finer. RSSM_ROUTES (read by both families' launches) and RSSM_OO_HEADS
@@ -655,7 +655,7 @@ constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
 constexpr int kOutputOnlyBlocksPerSm = 24;   // fewest blocks per multiprocessor for the split route
 // Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`). H200, one run
 // (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Qwen3.5-122B L16 amortised at b256: 369.8 / 355.6 / 359.7 / 370.2 us; b512:
-// 739.5 / 706.1 / 714.4 / 740.1 (docs/gdn.md).
+// 739.5 / 706.1 / 714.4 / 740.1 (docs/gdn_log.md).
 constexpr int kOutputOnlyPrefetch = 1;
 constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {

@@ -1,5 +1,5 @@
 // Gated DeltaNet ReplaySSM: the replay step's rows in a read mapping of their own, as mamba2/output_only.cuh
-// does for Mamba-2 (its header and docs/mamba2.md give the reasons and the measurements). Scalar decay only (KDA
+// does for Mamba-2 (its header and docs/mamba2_log.md give the reasons and the measurements). Scalar decay only (KDA
 // keeps the combined kernel), fp32 checkpoint, bf16 / fp16 activations, K = 128, V a multiple of 16, L 2..32;
 // decode.cuh's launch_decode decides per step whether this kernel or the combined one runs (never both).
 //

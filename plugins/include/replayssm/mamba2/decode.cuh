@@ -722,7 +722,7 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // Whether the replay step takes output_only.cuh's mapping (the "split" routes), and with how many heads per block
 // (0: the combined kernel). It exists for the formats that route reads (the fp32 checkpoint, or an nvfp4 copy)
 // with bf16 / fp16 activations and d_state 128; output_only::heads_per_block() gives the most heads a block can
-// take. Measured on the H200 (docs/mamba2.md, benchmarks/routes_ab.md):
+// take. Measured on the H200 (docs/mamba2_log.md, benchmarks/routes_ab.md):
 //   - fp32 checkpoint: one launch, flushing rows rebuilt in it. A flushing block takes ~2x a reading block, so the
 //     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), taken when the launch
 //     has at least 24 of them per multiprocessor (Super shape: batch >= 256); smaller batches keep the combined
@@ -732,7 +732,8 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // RSSM_ROUTES and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh,
 // split_route_heads, which both families share).
 // Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`): none. H200, one
-// run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us (docs/mamba2.md).
+// run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us
+// (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&

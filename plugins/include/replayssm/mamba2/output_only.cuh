@@ -1,7 +1,7 @@
-// Mamba-2 ReplaySSM: the replay step's rows in the read route's own mapping. docs/mamba2.md has the maths and the
-// measurements that chose it. The fp32 checkpoint (Fp32Read) takes every row here, flushing ones included; with an
-// nvfp4 read copy (Nvfp4Mma) flushing rows are skipped: decode.cuh's decode_kernel, in flush-only mode, wrote them
-// in a launch before this one (its quantiser works in the unit pipeline's mapping).
+// Mamba-2 ReplaySSM: the replay step's rows in the read route's own mapping. docs/mamba2.md has the maths,
+// docs/mamba2_log.md the measurements that chose it. The fp32 checkpoint (Fp32Read) takes every row here, flushing
+// ones included; with an nvfp4 read copy (Nvfp4Mma) flushing rows are skipped: decode.cuh's decode_kernel, in
+// flush-only mode, wrote them in a launch before this one (its quantiser works in the unit pipeline's mapping).
 //
 // Why a kernel of its own: the flush route needs the checkpoint in the unit pipeline's thread mapping (a thread
 // owns whole 16-byte vectors of its rows to rebuild and store them), and the combined kernel made the
