@@ -56,18 +56,26 @@ def test_replay_reference_matches_recurrence_over_flushes(L, latency_route_bytes
         assert rel_err(y[keep], y_ref[keep]) < 2e-5, f"step {step}: replay output off the fp64 recurrence"
 
 
+def _assert_steps_equal_conventional(pool, steps, after_step=None):
+    """`steps` replay steps on `pool` (every slot, fp32) against conventional steps on a copy of its checkpoint:
+    y and the checkpoint equal bit for bit after every step; after_step(step) adds the caller's checks."""
+    state = pool.checkpoint.clone()
+    A, D, dt_bias = layer_params(SMALL, "cpu")
+    for step in range(steps):
+        x, dt, B, C, z = step_inputs(SMALL, pool.num_slots, torch.float32, "cpu")
+        y_rep = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
+        y_conv = conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
+        assert torch.equal(y_rep, y_conv), f"step {step}: y"
+        assert torch.equal(pool.checkpoint, state), f"step {step}: checkpoint"
+        if after_step is not None:
+            after_step(step)
+
+
 def test_l1_replay_equals_conventional_bitwise():
     """With L=1 every step flushes with an empty ring: replay must reproduce conventional decode bit for bit."""
     cfg = ReplayConfig(buffer_len=1, state_dtype=torch.float32, act_dtype=torch.float32)
     pool = random_pool(SMALL, num_slots=4, cfg=cfg, device="cpu", desync=False)
-    state = pool.checkpoint.clone()
-    A, D, dt_bias = layer_params(SMALL, "cpu")
-    for _ in range(4):
-        x, dt, B, C, z = step_inputs(SMALL, 4, torch.float32, "cpu")
-        y_rep = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
-        y_conv = conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
-        assert torch.equal(y_rep, y_conv)
-        assert torch.equal(pool.checkpoint, state)
+    _assert_steps_equal_conventional(pool, steps=4)
 
 
 def test_flush_empties_ring_and_keeps_checkpoint_until_then():
@@ -93,15 +101,11 @@ def test_latency_route_at_history_zero_is_the_conventional_step_bitwise():
     pool = random_pool(SMALL, num_slots=4, cfg=cfg, device="cpu", desync=False)
     assert pool.flushes_every_row(4) and pool.history().eq(0).all()
     before = clone_pool(pool)
-    state = pool.checkpoint.clone()
-    A, D, dt_bias = layer_params(SMALL, "cpu")
-    for step in range(8):
-        x, dt, B, C, z = step_inputs(SMALL, 4, torch.float32, "cpu")
-        y_rep = replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
-        y_conv = conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias)
-        assert torch.equal(y_rep, y_conv), f"step {step}"
-        assert torch.equal(pool.checkpoint, state), f"step {step}"
+
+    def history_stays_zero(step):
         assert pool.history().eq(0).all(), f"step {step}: history moved on the latency route"
+
+    _assert_steps_equal_conventional(pool, steps=8, after_step=history_stays_zero)
     for name in ("ring_x", "ring_B", "ring_dt", "cursor"):
         assert torch.equal(pool.buffers[name], before.buffers[name]), f"{name} written on the latency route"
 
