@@ -102,18 +102,20 @@ __device__ __forceinline__ float4 lds4(const float* p) {
 // order: per vector m an FMA chain over its 4 columns from 0 (decode.cuh's lane_dot for lane 4 m + c), then the
 // tree of its reduce_scatter over lanes l ^ 16, l ^ 8, l ^ 4 (m ^ 4, m ^ 2, m ^ 1).
 __device__ __forceinline__ float row_dot(const Row& r, const float* x_s, int lane) {
-  float p[8];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
+  // Vectors taken in the tree's pairs (fewer partials live at once next to two warp steps of state in registers).
+  // The same sums in the same tree.
+  const auto part = [&](int m) {
     const float4 x = lds4(x_s + 16 * m + 4 * (lane % 4));
     float acc = 0.f;
     acc = fmaf(r.v[m].x, x.x, acc);
     acc = fmaf(r.v[m].y, x.y, acc);
     acc = fmaf(r.v[m].z, x.z, acc);
     acc = fmaf(r.v[m].w, x.w, acc);
-    p[m] = acc;
-  }
-  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+    return acc;
+  };
+  const float p04 = part(0) + part(4), p26 = part(2) + part(6);
+  const float p15 = part(1) + part(5), p37 = part(3) + part(7);
+  return (p04 + p26) + (p15 + p37);
 }
 
 // A flushing head's rows, K warp steps at once (the lane's rows r, r + 8, ...): S' = e^E S0 + sum_{j<h}
@@ -363,6 +365,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       // then the row's two shuffles; so u is the combined kernel's bit for bit.
       float sk = abar * row_dot(regs[k], kq_s, lane);
       const ActT* ru = ru_s + hh * L * us + r;
+#pragma unroll 1  // unrolled, its addresses added to the spills
       for (int j = lane % 4; j < hist; j += 4) sk = fmaf(ck_s[hh * L + j], to_float(ru[ring_pos(origin, j, L) * us]), sk);
       sk = group_sum<4>(sk);
       const float sq = group_sum<4>(row_dot(regs[k], kq_s + kK, lane));
