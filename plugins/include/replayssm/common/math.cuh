@@ -89,6 +89,18 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// Multiplies each element of a thread's tile vectors (rows x vectors x elements) by a: the checkpoint's decay
+// before a fold or a flush adds the ring's records.
+template <int KI, int NV, int VEC>
+__device__ __forceinline__ void scale_each(float (&s)[KI][NV][VEC], float a) {
+#pragma unroll
+  for (int i = 0; i < KI; ++i)
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][v][e] *= a;
+}
+
 // A compiler barrier for memory accesses (emits no instruction): the loads written before it are issued before
 // anything after it. Without it the compiler may sink a load below a branch on another load's value, chaining
 // the two latencies (the state loads of a decode step below the softplus threshold's branch on dt).

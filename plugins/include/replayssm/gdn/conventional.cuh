@@ -64,12 +64,7 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
   float ex0, ex1, total;
   warp_suffix_sums(g0, g1, ex0, ex1, total);
   const float w0 = expf(ex0), w1 = expf(ex1), abar = expf(total);
-#pragma unroll
-  for (int i = 0; i < KI; ++i)
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
+  scale_each(s, abar);
   const ActT* const ru = static_cast<const ActT*>(p.ring_u) + (static_cast<int64_t>(slot) * HV + hv) * L * V + row0;
   const ActT* const rk = static_cast<const ActT*>(p.ring_k) + (static_cast<int64_t>(slot) * p.num_k_heads + kh) * L * K;
 #pragma unroll 1

@@ -63,12 +63,7 @@ __device__ __forceinline__ void fold_records(const rssm_mamba2_decode_params& p,
   warp_suffix_sums(d0, d1, ex0, ex1, total);
   const float w0 = d0 * expf(A * ex0), w1 = d1 * expf(A * ex1);
   abar = expf(A * total);
-#pragma unroll
-  for (int i = 0; i < KI; ++i)
-#pragma unroll
-    for (int v = 0; v < NV; ++v)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
+  scale_each(s, abar);
   const ActT* const rx = static_cast<const ActT*>(p.ring_x) + (static_cast<int64_t>(slot) * H + head) * L * P + row0;
   const ActT* const rB = static_cast<const ActT*>(p.ring_B) + (static_cast<int64_t>(slot) * p.ngroups + group) * L * N;
 #pragma unroll 1

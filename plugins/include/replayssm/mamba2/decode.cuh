@@ -525,12 +525,7 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
 #pragma unroll
           for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
       }
-#pragma unroll
-      for (int i = 0; i < KI; ++i)
-#pragma unroll
-        for (int v = 0; v < NV; ++v)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) s[i][v][e] *= abar;
+      scale_each(s, abar);
       for (int j = 0; j < t; ++j) {
         // Record j: its x at this thread's rows, its B at this lane's columns (the current token's from
         // registers, ring records from shared memory), its weight.
