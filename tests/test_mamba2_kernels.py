@@ -325,10 +325,12 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
     assert rounded_apart, "y identical to the combined kernel's bit for bit: the output-only launch did not run"
 
 
-@pytest.mark.parametrize("knob, value", [("RSSM_OO_HEADS", "2"), ("RSSM_OO_HEADS", "16"), ("RSSM_OO_PREFETCH", "3")])
+@pytest.mark.parametrize("knob, value", [("RSSM_OO_HEADS", "2"), ("RSSM_OO_HEADS", "8"), ("RSSM_OO_HEADS", "16"),
+                                         ("RSSM_OO_PREFETCH", "3")])
 def test_split_routes_at_other_launch_settings(monkeypatch, knob, value):
     """The same comparison at the output-only kernel's other A/B settings: 2 heads per block (the fewest at
-    P = 64), 16 (above the default cap), and an L2 prefetch of three batches of rows ahead."""
+    P = 64), 8 (the default cap, which small forced launches halve to 4), 16 (above the cap), and an L2 prefetch of
+    three batches of rows ahead."""
     monkeypatch.setenv(knob, value)
     test_split_routes_match_the_combined_kernel(monkeypatch, "none", BF16, 8, 64, 16)
 

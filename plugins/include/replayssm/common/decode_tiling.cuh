@@ -92,13 +92,16 @@ inline Shape launch_shape(int head_dim, int rows_per_warp, int nheads, int ngrou
 // The replay step's choice between a family's combined kernel and its output-only mapping (mamba2/output_only.cuh,
 // gdn/output_only.cuh): the heads per output-only block, or 0 for the combined kernel. hpb: the most heads a block
 // of the mapping can take (0: the mapping does not take this step); a block's rows (heads x rows_per_head) stay a
-// multiple of row_quantum. The policy: at most max_heads heads per block, taken by default (if by_default) when the
-// launch has at least min_blocks_per_sm blocks per multiprocessor. RSSM_ROUTES=split / combined in the environment
+// multiple of row_quantum. The policy: at most max_heads heads per block, halved (down to min_heads) while the
+// launch has fewer than fill_blocks_per_sm blocks per multiprocessor, taken by default (if by_default) when it has
+// at least min_blocks_per_sm. RSSM_ROUTES=split / combined in the environment
 // forces one or the other, RSSM_OO_HEADS=<n> takes n heads per block (a divisor of hpb, above max_heads too; A/B
 // only); both are read at every launch (A/B measurements, the tests that compare the routes).
 struct SplitRoutePolicy {
   int max_heads, min_blocks_per_sm;
   bool by_default;
+  int min_heads = 1;           // the fewest heads per block the halving below goes to
+  int fill_blocks_per_sm = 0;  // halve the heads per block while the launch has fewer blocks per multiprocessor
 };
 inline int split_route_heads(int hpb, int rows_per_head, int row_quantum, long long batch, int nheads, int sms,
                              const SplitRoutePolicy& policy) {
@@ -107,6 +110,10 @@ inline int split_route_heads(int hpb, int rows_per_head, int row_quantum, long l
   if (hpb <= 0 || forced == "combined") return 0;
   const int most = hpb;
   while (hpb > policy.max_heads && (hpb / 2 * rows_per_head) % row_quantum == 0) hpb /= 2;
+  const long long fill = static_cast<long long>(policy.fill_blocks_per_sm) * sms;
+  while (hpb / 2 >= policy.min_heads && hpb % 2 == 0 && batch * (nheads / hpb) < fill &&
+         (hpb / 2 * rows_per_head) % row_quantum == 0)
+    hpb /= 2;
   if (const char* h = std::getenv("RSSM_OO_HEADS")) {  // any divisor of the most the block can take, cap or not
     const int want = std::atoi(h);
     if (want > 0 && want <= most && most % want == 0 && (want * rows_per_head) % row_quantum == 0) hpb = want;

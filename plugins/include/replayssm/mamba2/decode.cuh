@@ -719,9 +719,12 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // with bf16 / fp16 activations and d_state 128; output_only::heads_per_block() gives the most heads a block can
 // take. Measured on the H200 (docs/mamba2_log.md, benchmarks/routes_ab.md):
 //   - fp32 checkpoint: one launch, flushing rows rebuilt in it. A flushing block takes ~2x a reading block, so the
-//     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), taken when the launch
-//     has at least 24 of them per multiprocessor (Super shape: batch >= 256); smaller batches keep the combined
-//     kernel, whose flush units are finer.
+//     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), 4 while 8 would give
+//     fewer than 12 blocks per multiprocessor, taken from 6 blocks per multiprocessor up (Super shape: 4 heads at
+//     b32 / b64, 8 from b128); smaller batches keep the combined kernel, whose flush units are finer. Eighth
+//     session, one run, Super L16 amortised, split with 8 / 4 heads against the combined kernel: b32 60.0 / 53.2
+//     vs 56.2 us, b64 97.6 / 93.3 vs 98.9, b128 170.2 / 173.0 vs 181.5; b256 with 8 / 4 / 16 heads 315.2 / 333.6
+//     / 351.6 (docs/mamba2_log.md). Until then the route started at 24 blocks per multiprocessor (b >= 256).
 //   - nvfp4 copy: a flush-only launch of decode_kernel first, then the output-only kernel with the most heads per
 //     block, taken at two or more blocks per multiprocessor.
 // RSSM_ROUTES and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh,
@@ -733,12 +736,16 @@ constexpr int kOutputOnlyPrefetch = 0;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
-constexpr int kFlushBlockHeads = 8;     // fp32: most heads per block
-constexpr int kFlushBlocksPerSm = 24;   // fp32: fewest blocks per multiprocessor for the split
+constexpr int kFlushBlockHeads = 8;         // fp32: most heads per block
+constexpr int kFlushBlockMinHeads = 4;      // fp32: fewest heads per block (small launches)
+constexpr int kFlushFillBlocksPerSm = 12;   // fp32: heads per block halved while the launch has fewer per SM
+constexpr int kFlushBlocksPerSm = 6;        // fp32: fewest blocks per multiprocessor for the split
 template <typename Fmt>
 int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
-  const SplitRoutePolicy policy = Fmt::kFlushRows ? SplitRoutePolicy{kFlushBlockHeads, kFlushBlocksPerSm, true}
-                                             : SplitRoutePolicy{output_only::kMaxHeads, 2, true};
+  const SplitRoutePolicy policy =
+      Fmt::kFlushRows ? SplitRoutePolicy{kFlushBlockHeads, kFlushBlocksPerSm, true, kFlushBlockMinHeads,
+                                         kFlushFillBlocksPerSm}
+                      : SplitRoutePolicy{output_only::kMaxHeads, 2, true};
   return split_route_heads(hpb, p.head_dim, output_only::kRowQuantum<Fmt>, p.batch, p.nheads, sms, policy);
 }
 
