@@ -1,7 +1,9 @@
 """One conventional and one ReplaySSM (output-only route) decode step, three times, for a profiler:
     ncu --clock-control none -k regex:output_only_kernel python benchmarks/profile_step.py --batch 256
 Mamba-2: the Super shape; --family gdn: Qwen3.5-122B-A10B. --read-format fp16 / bf16 / fp8 / nvfp4 (Mamba-2): the
-ReplaySSM step reads a copy in that format (fp32 checkpoint). Every row sits at --history records (non-flush).
+ReplaySSM step reads a copy in that format (fp32 checkpoint). Every row sits at --history records (non-flush), or with
+--stagger (Mamba-2) slot s at s mod L: one row in L flushes, as in the amortised step (nvfp4: the flush-only launch
+of decode_kernel, then the output-only kernel).
 """
 
 import argparse
@@ -42,6 +44,8 @@ def main():
     ap.add_argument("--history", type=int, default=8)
     ap.add_argument("--read-format", default="none")
     ap.add_argument("--family", choices=("mamba2", "gdn"), default="mamba2")
+    ap.add_argument("--stagger", action="store_true",
+                    help="Mamba-2: slot s at history s mod L (one row in L flushes: the amortised step's mix)")
     args = ap.parse_args()
     if args.family == "gdn":
         gdn_steps(args.batch, args.L, args.history, torch.device("cuda"))
@@ -68,7 +72,11 @@ def main():
     idx = torch.randperm(slots, device=dev)[:b].to(torch.int32)
     out = torch.empty_like(x)
     for _ in range(3):
-        pool.cursor[..., CURSOR_HISTORY] = args.history
+        if args.stagger:
+            pool.cursor[..., CURSOR_HISTORY] = (torch.arange(slots, device=dev, dtype=torch.int32) % args.L).view(
+                slots, *([1] * (pool.cursor.dim() - 2)))
+        else:
+            pool.cursor[..., CURSOR_HISTORY] = args.history
         conventional_decode(pool.checkpoint, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
         replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out)
     torch.cuda.synchronize()
