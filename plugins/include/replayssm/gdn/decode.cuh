@@ -642,11 +642,13 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // Whether the replay step takes output_only.cuh's mapping (the "split" route: one launch, flushing rows rebuilt
 // in it), and with how many value heads per block (0: the combined kernel). It exists for an fp32 checkpoint,
 // bf16 / fp16 activations, K = 128 and scalar decay; output_only::heads_per_block() gives the most heads a block
-// can take (and 0 for the shapes it does not take). The policy is Mamba-2's fp32 one (mamba2/decode.cuh
-// output_only_heads, measured there on the H200: docs/mamba2_log.md; on for GDN since its route was timed, fifth
-// session): a flushing block takes about twice a reading block, so blocks of at most 8 heads, taken when the launch
-// has at least 24 of them per multiprocessor; smaller launches keep the combined kernel, whose flush units are
-// finer. RSSM_ROUTES (read by both families' launches) and RSSM_OO_HEADS
+// can take (and 0 for the shapes it does not take). The policy was Mamba-2's fp32 one until its eighth session
+// (mamba2/decode.cuh output_only_heads, measured there on the H200: docs/mamba2_log.md; on for GDN since its route
+// was timed, fifth session): a flushing block takes about twice a reading block, so blocks of at most 8 heads,
+// taken when the launch has at least 24 of them per multiprocessor; smaller launches keep the combined kernel,
+// whose flush units are finer. Mamba-2's route now starts at 6 blocks per multiprocessor; GDN's lost below b256
+// (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs 95.5 us, b128 191.3 vs 178.9;
+// benchmarks/ab_routes_nvfp4_flush.md), so it keeps 24. RSSM_ROUTES (read by both families' launches) and RSSM_OO_HEADS
 // force either route or the heads per block (common/decode_tiling.cuh, split_route_heads). The choice is made
 // before anything is launched.
 template <typename StateT, typename ActT, int K>
