@@ -202,6 +202,34 @@ __device__ __forceinline__ int ring_pos(int origin, int j, int L) {
   return pos >= L ? pos - L : pos;
 }
 
+// The latency route's fold (both families' conventional kernels): for j = 0 .. hist - 1 in that order,
+// S += (w_j r_j) v_jᵀ over the thread's vectors s (Tiling Tl; its rows row0 + i * RPI), record j at ring position
+// pos = ring_pos(origin, j, L). w_j: the window weight held by lane j % 32 (w0 for j < 32, w1 above); r_j: the
+// record's per-row scalar, rows[pos * row_stride + i * RPI] (rows points at the thread's first row); v_j: the
+// record's per-column vector, vecs + pos * vec_stride (the lane's columns). Mamba-2: r = x, v = B; GDN: r = u, v = k.
+template <typename Tl, typename ActT>
+__device__ __forceinline__ void fold_ring_records(float (&s)[Tl::KI][Tl::NV][Tl::VEC], int hist, int origin, int L,
+                                                  float w0, float w1, const ActT* rows, int row_stride,
+                                                  const ActT* vecs, int vec_stride, int col_lane) {
+  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI;
+#pragma unroll 1
+  for (int j = 0; j < hist; ++j) {
+    const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j % 32);
+    const int pos = ring_pos(origin, j, L);
+    float vj[NV][VEC];
+#pragma unroll
+    for (int c = 0; c < NV; ++c) load_vec<ActT, VEC>(vecs + pos * vec_stride + (c * LPR + col_lane) * VEC, vj[c]);
+#pragma unroll
+    for (int i = 0; i < KI; ++i) {
+      const float cr = wj * to_float(rows[pos * row_stride + i * RPI]);
+#pragma unroll
+      for (int c = 0; c < NV; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(cr, vj[c][e], s[i][c][e]);
+    }
+  }
+}
+
 // Streaming 16-byte store of the checkpoint (written at most once per step, not read again in it).
 __device__ __forceinline__ void store_stream(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
 

@@ -56,7 +56,7 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
                                              int slot, int hv, int kh, int row0, int hist, int origin, float g,
                                              int lane) {
   using Tl = Tiling<float, K>;
-  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI;
+  constexpr int LPR = Tl::LPR;
   const int L = p.buffer_len, HV = p.num_v_heads, V = p.head_v_dim, col_lane = lane % LPR;
   const float* rg = p.ring_g + (static_cast<int64_t>(slot) * HV + hv) * round_up(L, 4);
   auto g_of = [&](int j) { return j < hist ? rg[ring_pos(origin, j, L)] : (j == hist ? g : 0.f); };
@@ -67,22 +67,7 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
   scale_each(s, abar);
   const ActT* const ru = static_cast<const ActT*>(p.ring_u) + (static_cast<int64_t>(slot) * HV + hv) * L * V + row0;
   const ActT* const rk = static_cast<const ActT*>(p.ring_k) + (static_cast<int64_t>(slot) * p.num_k_heads + kh) * L * K;
-#pragma unroll 1
-  for (int j = 0; j < hist; ++j) {
-    const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j % 32);
-    const int pos = ring_pos(origin, j, L);
-    float kj[NV][VEC];
-#pragma unroll
-    for (int c = 0; c < NV; ++c) load_vec<ActT, VEC>(rk + pos * K + (c * LPR + col_lane) * VEC, kj[c]);
-#pragma unroll
-    for (int i = 0; i < KI; ++i) {
-      const float cu = wj * to_float(ru[pos * V + i * RPI]);
-#pragma unroll
-      for (int c = 0; c < NV; ++c)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(cu, kj[c][e], s[i][c][e]);
-    }
-  }
+  fold_ring_records<Tl>(s, hist, origin, L, w0, w1, ru, V, rk, K, col_lane);
 }
 
 template <typename StateT, typename ActT, int K, bool kReplay>

@@ -53,7 +53,7 @@ __device__ __forceinline__ void fold_records(const rssm_mamba2_decode_params& p,
                                              int slot, int head, int group, int row0, int hist, int origin, float dt,
                                              float& abar, int lane) {
   using Tl = Tiling<float, N>;
-  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI;
+  constexpr int LPR = Tl::LPR;
   const int L = p.buffer_len, H = p.nheads, P = p.head_dim, col_lane = lane % LPR;
   const float A = p.A[head];
   const float* rdt = p.ring_dt + (static_cast<int64_t>(slot) * H + head) * round_up(L, 4);
@@ -66,22 +66,7 @@ __device__ __forceinline__ void fold_records(const rssm_mamba2_decode_params& p,
   scale_each(s, abar);
   const ActT* const rx = static_cast<const ActT*>(p.ring_x) + (static_cast<int64_t>(slot) * H + head) * L * P + row0;
   const ActT* const rB = static_cast<const ActT*>(p.ring_B) + (static_cast<int64_t>(slot) * p.ngroups + group) * L * N;
-#pragma unroll 1
-  for (int j = 0; j < hist; ++j) {
-    const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j % 32);
-    const int pos = ring_pos(origin, j, L);
-    float Bj[NV][VEC];
-#pragma unroll
-    for (int v = 0; v < NV; ++v) load_vec<ActT, VEC>(rB + pos * N + (v * LPR + col_lane) * VEC, Bj[v]);
-#pragma unroll
-    for (int i = 0; i < KI; ++i) {
-      const float cx = wj * to_float(rx[pos * P + i * RPI]);
-#pragma unroll
-      for (int v = 0; v < NV; ++v)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) s[i][v][e] = fmaf(cx, Bj[v][e], s[i][v][e]);
-    }
-  }
+  fold_ring_records<Tl>(s, hist, origin, L, w0, w1, rx, P, rB, N, col_lane);
 }
 
 template <typename StateT, typename ActT, int N, bool kReplay>
