@@ -70,6 +70,7 @@
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
+#include "replayssm/common/dependent_launch.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/read_copy.cuh"
 #include "replayssm/mamba2/conventional.cuh"
@@ -659,6 +660,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, blockIdx.y);
     return;
   }
+  // The output-only launch after this one (output_only.cuh, a programmatic dependent) may start now: it works on
+  // the other rows, and waits for this launch before it writes the cursors and ring records this one reads.
+  allow_dependent_launch();
   __shared__ int s_rows[kMaxWarps * 32];
   __shared__ int s_warp_rows[kMaxWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
@@ -733,6 +737,9 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us
 // (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
+// nvfp4 copy: the output-only launch as a programmatic dependent of the flush-only launch before it (it starts
+// while the flush launch's last blocks run; common/dependent_launch.cuh). Not yet timed (false: two plain launches).
+constexpr bool kNvfp4DependentLaunch = true;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
@@ -777,7 +784,8 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
         if (err != cudaSuccess) return err;
       }
-      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), stream);
+      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), stream,
+                                            /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
     }
   }
   return launch_mode<StateT, ActT, N, true, CopyT>(p, stream);

@@ -35,6 +35,7 @@
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
+#include "replayssm/common/dependent_launch.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/params.h"
@@ -511,6 +512,12 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       }
     }
   }
+  // Nvfp4Mma runs as a programmatic dependent of the flush-only launch (launch below). Above, the two overlap only
+  // where the value is discarded: this kernel loads the flushing heads' codes and scales (skipped before any use)
+  // while that launch rewrites them, and writes non-flushing heads' ring x records that the flush launch's prologue
+  // may stage but never reads (it skips those units). It uses the cursors and the group's ring of B records,
+  // written next: only after it has finished.
+  if constexpr (!Fmt::kFlushRows) wait_for_primary();
   // Per head: ring dt and the cursor (every replica; a flush head's history goes back to 0); per group: the ring
   // B record (the group's first block, by its first head, as decode.cuh).
   if (threadIdx.x < hpb) {
@@ -543,13 +550,18 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
   return 0;
 }
 
+// after_flush_launch: the stream's previous kernel is decode.cuh's flush-only launch (Nvfp4Mma): this one is
+// launched as its programmatic dependent and starts as soon as every block of that launch has (see the kernel's
+// wait_for_primary for what waits).
 template <typename ActT, typename Fmt>
-cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, cudaStream_t stream) {
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, cudaStream_t stream,
+                   bool after_flush_launch = false) {
   const auto kernel = output_only_kernel<ActT, Fmt>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
+  if (after_flush_launch) return launch_dependent(kernel, grid, dim3(Fmt::kWarps * 32), bytes, stream, p, hpb, ahead);
   kernel<<<grid, Fmt::kWarps * 32, bytes, stream>>>(p, hpb, ahead);
   return cudaGetLastError();
 }
