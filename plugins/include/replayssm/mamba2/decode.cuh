@@ -738,7 +738,8 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
 // nvfp4 copy: the output-only launch as a programmatic dependent of the flush-only launch before it (it starts
-// while the flush launch's last blocks run; common/dependent_launch.cuh). Not yet timed (false: two plain launches).
+// while the flush launch's last blocks run; common/dependent_launch.cuh). H200, Super b256 L16, nvfp4 amortised, two
+// passes in one run: 220.0 / 219.7 us against 223.5 / 223.5 with two plain launches (false); fp16 copies unaffected.
 constexpr bool kNvfp4DependentLaunch = true;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
