@@ -563,7 +563,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         }
         partq[i] = lane_dot(s, Qe);
       }
-      float sk = KDA ? reduce_scatter<KI, LPR>(partk) : abar * reduce_scatter<KI, LPR>(partk);
+      // S'k: the lane's share of ring terms as an FMA chain from 0 (records j = q mod SHARE, increasing j), then
+      // e^E times the reduce-scattered dot in one FMA (output_only.cuh sums the chain in its prologue, the same bits).
+      const float dot_k = reduce_scatter<KI, LPR>(partk);
+      float sk = 0.f;
       float sq = KDA ? reduce_scatter<KI, LPR>(partq) : abar * reduce_scatter<KI, LPR>(partq);
       if constexpr (kRowScale) sq *= reinterpret_cast<const float*>(smem + sp.read_scale)[u * TR + my_row];
       for (int j = q; j < hist; j += SHARE) {
@@ -571,7 +574,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         sk = fmaf(ck_s[h * L + j], uj, sk);
         sq = fmaf(cq_s[h * L + j], uj, sq);
       }
-      sk = group_sum<SHARE>(sk);
+      sk = group_sum<SHARE>(KDA ? dot_k + sk : fmaf(abar, dot_k, sk));
       sq = group_sum<SHARE>(sq);
       uv = beta * (to_float(v_s[my_row]) - sk);
       yv = fmaf(uv, s_kq_cur, sq);

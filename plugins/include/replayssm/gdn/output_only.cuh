@@ -15,14 +15,16 @@
 // slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
 // cursors (replica 0), the current v; warp 7 prepares q, k; every warp then takes ring positions for k_pos·k and
 // k_pos·q (and the token's k·q); one warp per head computes the window weights; and once per row
-// pre[v] = sum_{j<h} w_j (k_j·q) u_j[v].
+// pre[v] = sum_{j<h} w_j (k_j·q) u_j[v] and, per quarter c, pre_k[v][c] = sum_{j<h, j = c mod 4} w_j (k_j·k) u_j[v],
+// so that the row loop reads no ring record.
 //
 // Same bits as the combined kernel where the recurrence is concerned. The combined kernel's fp32 K = 128 tiling
 // (Tiling<float, 128>: lane l holds columns 4 l .. 4 l + 3 of 8 rows) sums a row's dot product as FMA chains
 // over 4 columns, a butterfly over lanes l, l ^ 16, l ^ 8, l ^ 4 (reduce_scatter), then over the 4 lanes
 // l % 4 (group_sum<4>). Lane c of this mapping holds exactly the columns of that kernel's lanes 4 m + c, so it
-// forms the same chains and adds them in the same tree (tree8 below), and the ring terms of S'k go to the same
-// quarter (records j = c mod 4, in increasing j) before the same two shuffles. Hence:
+// forms the same chains and adds them in the same tree (tree8 below); the ring terms of S'k go to the same
+// quarter (records j = c mod 4: an FMA chain from 0 in increasing j, then e^E times the quarter's dot added in one
+// FMA) before the same two shuffles. Hence:
 //   - u (so the ring u records) and a flushing row's checkpoint and y are bit-identical to the combined kernel's
 //     (the same fp32 operations in the same order: the q, k preparation and the gates are gates.cuh's functions,
 //     the ring dots, weights and suffix sums decode.cuh's order);
@@ -54,7 +56,7 @@ constexpr int kUPad = 8;          // ring u records in shared memory: V + 8 elem
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
-  int ring_k, ring_u, v, ring_g, kq, w, ck, cq, pre, k32, bytes;
+  int ring_k, ring_u, v, ring_g, kq, w, ck, cq, pre, pre_k, k32, bytes;
 };
 __host__ __device__ inline Smem smem_layout(int L, int heads, int V, int act_bytes) {
   Smem s{};
@@ -68,6 +70,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int V, int act_byt
   s.ck = bump.take(heads * L * 4);                           // [heads][L] w_j (k_j·k) by record j
   s.cq = bump.take(heads * L * 4);                           // [heads][L] w_j (k_j·q) by record j
   s.pre = bump.take(heads * V * 4);                          // [heads * V] the window's part of y, per row
+  s.pre_k = bump.take(heads * V * 4 * 4);                    // [heads * V][4] the window's part of S'k, by quarter
   s.k32 = bump.take(L * kK * 4);                             // [L][K] the k records in fp32 (flushing heads)
   s.bytes = bump.off;
   return s;
@@ -201,6 +204,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   float* const ck_s = reinterpret_cast<float*>(smem + sp.ck);
   float* const cq_s = reinterpret_cast<float*>(smem + sp.cq);
   float* const pre_s = reinterpret_cast<float*>(smem + sp.pre);
+  float* const pre_k_s = reinterpret_cast<float*>(smem + sp.pre_k);
   float* const k32_s = reinterpret_cast<float*>(smem + sp.k32);
   __shared__ float s_kk[kMaxLen], s_kq[kMaxLen], s_kq_cur;  // k_pos·k, k_pos·q by ring position; k·q
   __shared__ float s_g[kMaxHeads], s_beta[kMaxHeads], s_abar[kMaxHeads];
@@ -327,14 +331,28 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     if (lane == 0) s_abar[hh] = expf(total);
   }
   __syncthreads();
-  // Per row, once: the window's part of y, sum_{j<h} w_j (k_j·q) u_j (y only: its order is free). Each warp its
-  // own rows, the only ones it reads below: a warp barrier, not a block barrier.
+  // Per row, once: the window's parts, from the same u records: of y, sum_{j<h} w_j (k_j·q) u_j (y only: its order
+  // is free), and of S'k by quarter c (lane c of the row below), sum_{j<h, j = c mod 4} w_j (k_j·k) u_j, an FMA chain
+  // from 0 in increasing j as the combined kernel forms it (decode.cuh). Each warp its own rows, the only ones it
+  // reads below: a warp barrier, not a block barrier.
   for (int lrow = warp * rpw + lane; lrow < (warp + 1) * rpw; lrow += 32) {
     const int hh = lrow / V, r = lrow - hh * V, hist = s_hist[hh], origin = s_origin[hh];
     const ActT* ru = ru_s + hh * L * us + r;
-    float acc = 0.f;
-    for (int j = 0; j < hist; ++j) acc = fmaf(cq_s[hh * L + j], to_float(ru[ring_pos(origin, j, L) * us]), acc);
+    const float* const ck = ck_s + hh * L;
+    const float* const cq = cq_s + hh * L;
+    float acc = 0.f, part[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int j0 = 0; j0 < hist; j0 += 4)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int j = j0 + c;
+        if (j < hist) {
+          const float uj = to_float(ru[ring_pos(origin, j, L) * us]);
+          acc = fmaf(cq[j], uj, acc);
+          part[c] = fmaf(ck[j], uj, part[c]);
+        }
+      }
     pre_s[lrow] = acc;
+    reinterpret_cast<float4*>(pre_k_s)[lrow] = make_float4(part[0], part[1], part[2], part[3]);
   }
   __syncwarp();
 
@@ -361,13 +379,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int r = r0 + 8 * k;
-      // S'k in the combined kernel's order: e^E times the lane's quarter, its ring terms (records j = c mod 4),
-      // then the row's two shuffles; so u is the combined kernel's bit for bit.
-      float sk = abar * row_dot(regs[k], kq_s, lane);
-      const ActT* ru = ru_s + hh * L * us + r;
-#pragma unroll 1  // unrolled, its addresses added to the spills
-      for (int j = lane % 4; j < hist; j += 4) sk = fmaf(ck_s[hh * L + j], to_float(ru[ring_pos(origin, j, L) * us]), sk);
-      sk = group_sum<4>(sk);
+      // S'k in the combined kernel's order: e^E times the lane's quarter plus its ring terms (records j = c mod 4,
+      // summed in the prologue) in one FMA, then the row's two shuffles; so u is the combined kernel's bit for bit.
+      const float sk = group_sum<4>(fmaf(abar, row_dot(regs[k], kq_s, lane), pre_k_s[(hh * V + r) * 4 + lane % 4]));
       const float sq = group_sum<4>(row_dot(regs[k], kq_s + kK, lane));
       const float u = beta * (to_float(v_s[hh * V + r]) - sk);
       const float yv = fmaf(u, kq_cur, fmaf(abar, sq, pre_s[hh * V + r]));
