@@ -26,7 +26,7 @@
 // Read formats (Fmt):
 //   - Fp32Read: the fp32 checkpoint; a lane's 32 columns are 16 q + 4 cl + e (q < 8, e < 4), so that the four
 //     lanes of a row read 64 contiguous bytes per load instruction.
-//   - Nvfp4Mma: the nvfp4 read copy on the tensor cores (mma.m16n8k32, e4m3 operands; described below).
+//   - Nvfp4Mma: the nvfp4 read copy on the tensor cores (mma.m16n8k16, codes widened to fp16; described below).
 // Same results as the combined kernel's output-only rows up to the order of fp32 sums; same writes.
 #pragma once
 #include <cuda_runtime.h>
@@ -37,6 +37,7 @@
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/dependent_launch.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/common/mma.cuh"
 #include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/params.h"
 
@@ -52,13 +53,12 @@ template <typename Fmt>
 constexpr int kBlocksPerSm = 16 / Fmt::kWarps;
 template <typename Fmt>
 constexpr int kRowQuantum = 16 * Fmt::kWarps;
-constexpr int kFragWords = 256;   // nvfp4: words of the m16n8k32 B fragments (8 per lane of a warp)
 constexpr int kMaxHeads = 16;     // heads per block
 constexpr int kMaxLen = 32;       // L of this route (one lane per ring record in the weights' scan)
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
-  int ring_B, ring_x, ring_dt, x, z, C, coef, gscale, pre, gate, frag, w, B32, bytes;
+  int ring_B, ring_x, ring_dt, x, z, C, coef, gscale, pre, gate, w, B32, bytes;
 };
 // flush_rows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
 // records in fp32.
@@ -75,14 +75,13 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   s.gscale = bump.take(heads * P);                  // [heads * P / 4] fp32 group scales (nvfp4)
   s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum
   s.gate = bump.take(heads * P * 4);                // [heads * P] silu(z), or 1
-  s.frag = bump.take(kFragWords * 4);               // [256] words of B fragments (nvfp4)
   s.w = bump.take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
   s.B32 = bump.take(flush_rows ? (L + 1) * kN * 4 : 0);  // [L + 1][N] fp32 B records by position, the current at L
   s.bytes = bump.off;
   return s;
 }
 
-// ---- Read formats. A warp step covers kRows rows (8: one row per lane; 16: the m16n8k32 tile, rows g and
+// ---- Read formats. A warp step covers kRows rows (8: one row per lane; 16: the MMA tile, rows g and
 // g + 8 of lane (g, c)); the four lanes of a row are lane % 4 in both, so a row's partials sum with two shuffles.
 // load() takes the step's first row (a global row index: (slot, head, row) flattened), dot() gives the lane's
 // partial dots (for nvfp4 with the group scale applied; `gs` points at the step's first row's group scale).
@@ -97,8 +96,7 @@ struct Fp32Read {
   struct Ctx {
     float C[32];
   };
-  __device__ static void prepare(const float*, uint32_t*) {}
-  __device__ static Ctx context(const float* C_s, const uint32_t*, int lane) {
+  __device__ static Ctx context(const float* C_s, int lane) {
     Ctx c;
 #pragma unroll
     for (int k = 0; k < 32; ++k) c.C[k] = C_s[(k / 4) * 16 + (lane % 4) * 4 + k % 4];
@@ -130,44 +128,43 @@ struct Fp32Read {
 };
 
 // nvfp4 read copy (quant.py's format: e2m1 codes two per byte, an e4m3 scale per 16 elements, an fp32 scale per
-// 4 rows) on the tensor cores, mma.m16n8k32 with e4m3 operands:
-//   - A: 16 rows x 32 columns of codes as e4m3 bytes. A code's magnitude bits go to bits 2-4 and its sign to bit
-//     7, a few integer operations per word: the e4m3 value is the e2m1 value times 2^-6, exactly.
-//   - B: C split into two e4m3 terms, hi = e4m3(C sC) and lo = e4m3(16 (C sC - hi)), sC a power of two putting
-//     max |C| below 448: the pair holds a bf16 / fp16 C's significant bits exactly (down to e4m3's subnormal
-//     range, 2^-9 of the largest term). One B column per (term, quarter of the row's columns), so that every
-//     D column sums elements of one block scale: the block scales apply to D, per row.
-//   - Lane (g, c) loads 16 bytes of codes of rows g and g + 8 (columns 32 c .. 32 c + 31) and the 4 block
-//     scales its D columns need. k is permuted freely (only A and B see it): chunk q of the tile takes word q of
-//     every lane's 16 bytes, its even elements at k slots 4 c + i, its odd ones at 16 + 4 c + i. Chunks 0, 1
-//     lie in blocks 2 c (accumulator 0), chunks 2, 3 in blocks 2 c + 1 (accumulator 1). Lane (g, c) holds D
-//     columns 2 c, 2 c + 1: term c / 2, quarters 2 (c % 2) + e, whose blocks 4 (c % 2) + 2 e + h are bytes
-//     2 e + h of the row's block-scale word c % 2.
+// 4 rows) on the tensor cores, mma.m16n8k16 with fp16 operands and fp32 accumulation (common/mma.cuh):
+//   - A: a code's magnitude bits go to bits 2-4 of an e4m3 byte and its sign to bit 7, a few integer operations per
+//     word of 8 codes (the e4m3 value is the e2m1 value times 2^-6, exactly); the hardware widens two e4m3 bytes
+//     to an fp16 pair in one instruction. (Hopper has no fp8 mma.sync: an e4m3 m16n8k32 compiles to these same
+//     widenings, the B operand's too at every call, and two fp16 MMAs into fresh accumulators added with fp32
+//     adds; issuing the fp16 MMAs here keeps B widened once per warp and accumulates in the tensor core.)
+//   - B: C sC in fp16, sC a power of two putting max |C| at most 2^15: exact for a bf16 C (and an fp16 one down
+//     to fp16's subnormal range). The block scales differ per 16 columns and per row, so they apply to D.
+//   - Lane (g, c) loads 16 bytes of codes of rows g and g + 8 (word q: columns 32 c + 8 q + j, nibble j) and the
+//     block-scale word c % 2 of both rows. k is permuted freely (only A and B see it): MMA (q, par), for word q
+//     and parity par, takes at lane (g, c)'s k slots 2 c, 2 c + 1, 2 c + 8, 2 c + 9 the nibbles par, 2 + par,
+//     4 + par, 6 + par of its word q, all in block 2 c + q / 2 of the row. B column n < 4 holds C at lane n's k
+//     slots and 0 elsewhere, columns 4..7 are 0: D[row][n] sums block 2 n (q = 0, 1: accumulator 0) or 2 n + 1
+//     (q = 2, 3: accumulator 1). Lane (g, c < 2) holds D columns 2 c + e, blocks 4 c + 2 e + h, bytes 2 e + h of
+//     the row's block-scale word c; lanes c >= 2 hold the zero columns.
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
-__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-  __trap();  // e4m3 MMA needs sm_89 or later; the library targets sm_90 and later
-#else
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
 // Eight e2m1 codes (a word, element j in nibble j) as e4m3 bytes: the even elements (0, 2, 4, 6), the odd ones.
 __device__ __forceinline__ uint32_t e2m1_even_to_e4m3(uint32_t w) {
   return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
 }
 __device__ __forceinline__ uint32_t e2m1_odd_to_e4m3(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
+// Four e4m3 bytes as two fp16 pairs: bytes 0, 1 (lo) and 2, 3 (hi), the first byte of each in the low half. (Taking
+// the register's halves in PTX lets ptxas read the upper half in place; a shift by 16 costs an instruction.)
+__device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(four));
 }
+// Two e4m3 bytes (the low 16 bits) as two floats.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
   return __half22float2(__half2(h));
+}
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return static_cast<uint32_t>(__half_as_ushort(h.x)) | (static_cast<uint32_t>(__half_as_ushort(h.y)) << 16);
 }
 
 struct Nvfp4Mma {
@@ -182,39 +179,27 @@ struct Nvfp4Mma {
     uint32_t s0, s1;  // block scales of rows g and g + 8, blocks 4 (c % 2) .. + 3
   };
   struct Ctx {
-    uint32_t b[4][2];  // B fragments of chunks 0..3
-    float unscale;     // 2^6 / sC times this lane's term weight (1 or 1/16)
+    uint32_t b[4][2][2];  // B fragments of MMA (word q, parity): b0, b1
+    float unscale;        // 2^6 / sC
   };
-  // sC from max |C| (every warp reads the same 128 values of C_s, so every warp finds the same sC).
-  __device__ static float c_scale(const float* C_s) {
-    const int lane = threadIdx.x % 32;
+  // The warp's B fragments (C from shared memory; sC from max |C|: every warp finds the same).
+  __device__ static Ctx context(const float* C_s, int lane) {
     float m = 0.f;
 #pragma unroll
     for (int e = 0; e < kN / 32; ++e) m = fmaxf(m, fabsf(C_s[lane * (kN / 32) + e]));
     m = group_max<32>(m);
-    return m > 0.f ? exp2f(floorf(log2f(448.f / m))) : 1.f;
-  }
-  // The block's B fragments, once: word t (kFragWords of them, one per thread of a 256-thread block) is word
-  // t % 8 (chunk q = word / 2, odd = word % 2) of lane t / 8.
-  __device__ static void prepare(const float* C_s, uint32_t* frag_s) {
-    const float sC = c_scale(C_s);
-    for (int t = threadIdx.x; t < kFragWords; t += blockDim.x) {
-      const int ln = t / 8, word = t % 8, q = word / 2, odd = word % 2;
-      const int n = ln / 4, c = ln % 4, term = n / 4, quarter = n % 4;
-      float v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float cs = C_s[32 * c + 8 * q + 2 * i + odd] * sC;
-        v[i] = c != quarter ? 0.f : term == 0 ? cs : 16.f * (cs - to_float(from_float<__nv_fp8_e4m3>(cs)));
-      }
-      frag_s[t] = pack_e4m3x4(v[0], v[1], v[2], v[3]);
-    }
-  }
-  __device__ static Ctx context(const float* C_s, const uint32_t* frag_s, int lane) {
+    const float sC = m > 0.f ? exp2f(fminf(floorf(log2f(32768.f / m)), 126.f)) : 1.f;
+    const int g = lane / 4, c = lane % 4;
     Ctx x;
 #pragma unroll
-    for (int w = 0; w < 8; ++w) x.b[w / 2][w % 2] = frag_s[lane * 8 + w];
-    x.unscale = 64.f / c_scale(C_s) * (lane % 4 < 2 ? 1.f : 1.f / 16.f);
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int par = 0; par < 2; ++par) {
+        const float* const col = C_s + 32 * c + 8 * q + par;  // lane c's k slots: nibbles par, 2 + par, ...
+        x.b[q][par][0] = g == c ? half2_bits(col[0] * sC, col[2] * sC) : 0u;
+        x.b[q][par][1] = g == c ? half2_bits(col[4] * sC, col[6] * sC) : 0u;
+      }
+    x.unscale = 64.f / sC;
     return x;
   }
   __device__ static Regs load(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
@@ -237,11 +222,16 @@ struct Nvfp4Mma {
     const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
     float d[2][4] = {};
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t a[4] = {e2m1_even_to_e4m3(w0[q]), e2m1_even_to_e4m3(w1[q]), e2m1_odd_to_e4m3(w0[q]),
-                             e2m1_odd_to_e4m3(w1[q])};
-      mma_e4m3_m16n8k32(d[q / 2], a, x.b[q][0], x.b[q][1]);
-    }
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int par = 0; par < 2; ++par) {
+        const uint32_t e0 = par ? e2m1_odd_to_e4m3(w0[q]) : e2m1_even_to_e4m3(w0[q]);
+        const uint32_t e1 = par ? e2m1_odd_to_e4m3(w1[q]) : e2m1_even_to_e4m3(w1[q]);
+        uint32_t a[4];  // rows g, g + 8 at k slots 2 c, 2 c + 1; then at 2 c + 8, 2 c + 9
+        e4m3x4_to_half2x2(e0, a[0], a[2]);
+        e4m3x4_to_half2x2(e1, a[1], a[3]);
+        mma_f16_m16n8k16(d[q / 2], a, x.b[q][par][0], x.b[q][par][1]);
+      }
     // Row g: D[h][e] (e = column of the lane's pair, h = accumulator) times block-scale byte 2 e + h.
     const float2 g01 = e4m3x2_to_float2(r.s0 & 0xffffu), g23 = e4m3x2_to_float2(r.s0 >> 16);
     const float2 e01 = e4m3x2_to_float2(r.s1 & 0xffffu), e23 = e4m3x2_to_float2(r.s1 >> 16);
@@ -328,7 +318,6 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   float* const gs_s = reinterpret_cast<float*>(smem + sp.gscale);
   float* const pre_s = reinterpret_cast<float*>(smem + sp.pre);
   float* const gate_s = reinterpret_cast<float*>(smem + sp.gate);
-  uint32_t* const frag_s = reinterpret_cast<uint32_t*>(smem + sp.frag);
   float* const w_s = reinterpret_cast<float*>(smem + sp.w);
   float* const rdt_s = reinterpret_cast<float*>(smem + sp.ring_dt);
   float* const B32_s = reinterpret_cast<float*>(smem + sp.B32);
@@ -447,21 +436,36 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       if (hist < L - 1) reinterpret_cast<uint4*>(rx_g)[c] = v;  // WRITES ring_x[slot, head, pos_cur, :]
     }
   }
-  Fmt::prepare(C_s, frag_s);
   __syncthreads();
-  // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z). Each
-  // warp its own rows, the only ones it reads below (flushing or not): a warp barrier, not a block barrier.
-  for (int lrow = warp * rpw + lane; lrow < (warp + 1) * rpw; lrow += 32) {
+  // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z). With
+  // nvfp4 a lane takes 4 consecutive rows of a head (P is a multiple of 4): one 8-byte read per ring record, each
+  // row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds two warp steps of
+  // fp32 state in registers through this loop, and 4 rows spill). Each warp its own rows, the only ones it reads
+  // below (flushing or not): a warp barrier, not a block barrier.
+  constexpr int kPreRows = kNvfp4 ? 4 : 1;
+  for (int lrow = warp * rpw + kPreRows * lane; lrow < (warp + 1) * rpw; lrow += kPreRows * 32) {
     const int hh = lrow / P, r = lrow - hh * P;
     const ActT* rx = rx_s + hh * L * P + r;
     const float* coef = coef_s + hh * L;
-    float w = 0.f;
-    for (int pos = 0; pos < L; ++pos) w = fmaf(coef[pos], to_float(rx[pos * P]), w);
-    pre_s[lrow] = fmaf(s_D[hh], to_float(x_s[lrow]), w);
-    gate_s[lrow] = z_b ? silu_gate(to_float(z_s[lrow])) : 1.f;
+    float w[kPreRows] = {}, v[kPreRows];
+    for (int pos = 0; pos < L; ++pos) {
+      load_vec<ActT, kPreRows>(rx + pos * P, v);
+      const float c = coef[pos];
+#pragma unroll
+      for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
+    }
+    float pre[kPreRows], gate[kPreRows];
+    load_vec<ActT, kPreRows>(x_s + lrow, v);
+#pragma unroll
+    for (int e = 0; e < kPreRows; ++e) pre[e] = fmaf(s_D[hh], v[e], w[e]);
+    if (z_b) load_vec<ActT, kPreRows>(z_s + lrow, v);
+#pragma unroll
+    for (int e = 0; e < kPreRows; ++e) gate[e] = z_b ? silu_gate(v[e]) : 1.f;
+    store_vec<float, kPreRows>(pre_s + lrow, pre);
+    store_vec<float, kPreRows>(gate_s + lrow, gate);
   }
   __syncwarp();
-  const typename Fmt::Ctx ctx = Fmt::context(C_s, frag_s, lane);
+  const typename Fmt::Ctx ctx = Fmt::context(C_s, lane);
 
   for (int s0 = 0; s0 < steps; s0 += kBatch) {
     if (s0 > 0) {
