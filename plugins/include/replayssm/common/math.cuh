@@ -101,6 +101,18 @@ __device__ __forceinline__ void scale_each(float (&s)[KI][NV][VEC], float a) {
       for (int e = 0; e < VEC; ++e) s[i][v][e] *= a;
 }
 
+// The same for a thread's state vectors held as float4 (the output-only kernels' rows: 8 vectors of 4 columns).
+template <int N>
+__device__ __forceinline__ void scale_each(float4 (&v)[N], float a) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    v[i].x *= a;
+    v[i].y *= a;
+    v[i].z *= a;
+    v[i].w *= a;
+  }
+}
+
 // A compiler barrier for memory accesses (emits no instruction): the loads written before it are issued before
 // anything after it. Without it the compiler may sink a load below a branch on another load's value, chaining
 // the two latencies (the state loads of a decode step below the softplus threshold's branch on dt).

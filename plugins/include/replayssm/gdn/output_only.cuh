@@ -132,14 +132,7 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
                                            const float* w, const ActT* ru, int us, const float* k32,
                                            const float* kq_s, const ActT* v_s, ActT* y, float* row, int lane) {
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      s[k].v[m].x *= abar;
-      s[k].v[m].y *= abar;
-      s[k].v[m].z *= abar;
-      s[k].v[m].w *= abar;
-    }
+  for (int k = 0; k < K; ++k) scale_each(s[k].v, abar);
 #pragma unroll 1
   for (int j = 0; j < hist; ++j) {
     const int pos = ring_pos(origin, j, L);

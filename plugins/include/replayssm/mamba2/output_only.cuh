@@ -259,14 +259,7 @@ template <int K, typename ActT>
 __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, int origin, int L, const float* w,
                                            const ActT* rx, int P, const float* B32, float* row, int lane) {
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      s[k].v[q].x *= abar;
-      s[k].v[q].y *= abar;
-      s[k].v[q].z *= abar;
-      s[k].v[q].w *= abar;
-    }
+  for (int k = 0; k < K; ++k) scale_each(s[k].v, abar);
 #pragma unroll 1
   for (int j = 0; j < L; ++j) {
     const int pos = ring_pos(origin, j, L);
