@@ -76,6 +76,16 @@ def _inputs(shape, batch, act_dtype):
     return step_inputs(shape, batch, act_dtype, DEV)
 
 
+def _alternating_inputs(shape, batch, act_dtype, raw, A_log, dt_bias):
+    """(q, k, v, gate keyword arguments, op options) of one step: raw gate projections with A_log / dt_bias and the
+    op's own q, k preparation, or prepared q, k and precomputed g, beta passed through."""
+    if raw:
+        q, k, v, a, b = raw_step_inputs(shape, batch, act_dtype, DEV)
+        return q, k, v, dict(a=a, b=b, A_log=A_log, dt_bias=dt_bias), {}
+    q, k, v, g, beta = _inputs(shape, batch, act_dtype)
+    return q, k, v, dict(g=g, beta=beta), PREPARED
+
+
 def _raw_reference_inputs(q, k, v, a, b, A_log, dt_bias):
     """What the op hands the reference on the CPU for raw inputs: prepared q, k rounded to v's dtype, fp32 gates."""
     qp, kp = prepare_qk(q, k)
@@ -208,12 +218,7 @@ def test_latency_route_at_history_zero_equals_the_conventional_kernel_bitwise(di
     for step in range(4):
         slots = slot_map(6, 7, n_pad=1, device=DEV)
         live = slots >= 0
-        if step % 2:
-            q, k, v, a, b = raw_step_inputs(shape, 6, BF16, DEV)
-            gates, opts = dict(a=a, b=b, A_log=A_log, dt_bias=dt_bias), {}
-        else:
-            q, k, v, g, beta = _inputs(shape, 6, BF16)
-            gates, opts = dict(g=g, beta=beta), PREPARED
+        q, k, v, gates, opts = _alternating_inputs(shape, 6, BF16, step % 2, A_log, dt_bias)
         y1 = poisoned((6, shape.num_v_heads, shape.head_v_dim), BF16, DEV)
         gdn_replay_decode(pool, q, k, v, **gates, slot_idx=slots, out=y1, **opts)
         y2 = gdn_conventional_decode(state, shape, q, k, v, **gates, slot_idx=slots, **opts)
@@ -294,12 +299,7 @@ def test_replay_l1_equals_conventional_kernel_bitwise(dtypes, kda):
     state = pool.checkpoint.clone()
     for step in range(4):
         slots = slot_map(4, 5, n_pad=1, device=DEV)
-        if step % 2:
-            q, k, v, a, b = raw_step_inputs(shape, 4, act_dtype, DEV)
-            gates, opts = dict(a=a, b=b, A_log=A_log, dt_bias=dt_bias), {}
-        else:
-            q, k, v, g, beta = _inputs(shape, 4, act_dtype)
-            gates, opts = dict(g=g, beta=beta), PREPARED
+        q, k, v, gates, opts = _alternating_inputs(shape, 4, act_dtype, step % 2, A_log, dt_bias)
         y1 = gdn_replay_decode(pool, q, k, v, **gates, slot_idx=slots, **opts)
         y2 = gdn_conventional_decode(state, shape, q, k, v, **gates, slot_idx=slots, **opts)
         live = slots >= 0
