@@ -72,6 +72,7 @@
 #include "replayssm/common/decode_tiling.cuh"
 #include "replayssm/common/dependent_launch.cuh"
 #include "replayssm/common/math.cuh"
+#include "replayssm/common/nvfp4.cuh"
 #include "replayssm/common/read_copy.cuh"
 #include "replayssm/mamba2/conventional.cuh"
 #include "replayssm/mamba2/head_inputs.cuh"
@@ -120,29 +121,6 @@ inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile
   s.stage_bytes = round_up(tile_bytes, 16);
   s.bytes = s.stage0 + stages * s.stage_bytes;
   return s;
-}
-
-// nvfp4 (quant.py): rows per fp32 group scale, elements per e4m3 block scale, and 448 * 6 (the largest
-// block scale times the largest e2m1 value).
-constexpr int kNvfp4Rows = 4, kNvfp4Block = 16;
-constexpr float kNvfp4Range = 448.f * 6.f;
-
-// e2m1 code of a value already divided by its scale: the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, ties to the
-// even code, saturating at 6, sign bit 3 set for v < 0 (quant._e2m1_code; NaN gives 0 in both).
-__device__ __forceinline__ uint32_t e2m1_code(float v) {
-  const float m = fabsf(v);
-  const uint32_t idx = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.f);
-  return idx | (v < 0.f ? 8u : 0u);
-}
-
-// Two e2m1 codes (one byte, low nibble first) widened to fp32, times 2^-14, exactly: a code's magnitude bits
-// placed at fp16 bits 9-11 read as exponent E (bits 10-11) and mantissa m (bit 9); E >= 1 is 2^(E-15)(1 + m/2)
-// and E = 0 the subnormal m 2^-15, both 2^-14 times the e2m1 value (the caller folds 2^14 into the scale).
-__device__ __forceinline__ float2 e2m1x2_scaled(uint32_t c) {
-  const uint32_t h = ((c & 0x7u) << 9) | ((c & 0x8u) << 12) | ((c & 0x70u) << 21) | ((c & 0x80u) << 24);
-  __half2 pair;
-  memcpy(&pair, &h, sizeof(h));
-  return __half22float2(pair);
 }
 
 // Flush, nvfp4: stores a thread's fp32 state vectors s (Tiling Tl) as e2m1 codes at `codes` (the byte of the

@@ -38,6 +38,7 @@
 #include "replayssm/common/dependent_launch.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/common/mma.cuh"
+#include "replayssm/common/nvfp4.cuh"
 #include "replayssm/mamba2/head_inputs.cuh"
 #include "replayssm/mamba2/params.h"
 
@@ -72,7 +73,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   s.z = bump.take(heads * P * act_bytes);           // [heads * P]
   s.C = bump.take(kN * 4);                          // [N] fp32
   s.coef = bump.take(heads * L * 4);                // [heads][L] w_j (B_j·C) by ring position
-  s.gscale = bump.take(heads * P);                  // [heads * P / 4] fp32 group scales (nvfp4)
+  s.gscale = bump.take(heads * P);                  // [heads * P / kNvfp4Rows] fp32 group scales (nvfp4; 4 rows)
   s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum
   s.gate = bump.take(heads * P * 4);                // [heads * P] silu(z), or 1
   s.w = bump.take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
@@ -145,28 +146,6 @@ struct Fp32Read {
 //     the row's block-scale word c; lanes c >= 2 hold the zero columns.
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
-// Eight e2m1 codes (a word, element j in nibble j) as e4m3 bytes: the even elements (0, 2, 4, 6), the odd ones.
-__device__ __forceinline__ uint32_t e2m1_even_to_e4m3(uint32_t w) {
-  return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
-}
-__device__ __forceinline__ uint32_t e2m1_odd_to_e4m3(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
-// Four e4m3 bytes as two fp16 pairs: bytes 0, 1 (lo) and 2, 3 (hi), the first byte of each in the low half. (Taking
-// the register's halves in PTX lets ptxas read the upper half in place; a shift by 16 costs an instruction.)
-__device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
-      : "=r"(lo), "=r"(hi)
-      : "r"(four));
-}
-// Two e4m3 bytes (the low 16 bits) as two floats.
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  return __half22float2(__half2(h));
-}
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return static_cast<uint32_t>(__half_as_ushort(h.x)) | (static_cast<uint32_t>(__half_as_ushort(h.y)) << 16);
-}
-
 struct Nvfp4Mma {
   static constexpr int kRows = 16, kBatch = 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
@@ -210,13 +189,13 @@ struct Nvfp4Mma {
     Regs r;
     r.c0 = __ldcs(reinterpret_cast<const uint4*>(codes + row * (kN / 2) + c * 16));
     r.c1 = __ldcs(reinterpret_cast<const uint4*>(codes + (row + 8) * (kN / 2) + c * 16));
-    r.s0 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + row * (kN / 16) + (c % 2) * 4));
-    r.s1 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + (row + 8) * (kN / 16) + (c % 2) * 4));
+    r.s0 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + row * (kN / kNvfp4Block) + (c % 2) * 4));
+    r.s1 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + (row + 8) * (kN / kNvfp4Block) + (c % 2) * 4));
     return r;
   }
   __device__ static void prefetch(const rssm_mamba2_decode_params& p, int64_t row0, int rows) {
     prefetch_l2(static_cast<const uint8_t*>(p.read_state) + row0 * (kN / 2), rows * (kN / 2));
-    prefetch_l2(static_cast<const uint8_t*>(p.read_block_scale) + row0 * (kN / 16), rows * (kN / 16));
+    prefetch_l2(static_cast<const uint8_t*>(p.read_block_scale) + row0 * (kN / kNvfp4Block), rows * (kN / kNvfp4Block));
   }
   __device__ static void dot(const Regs& r, const Ctx& x, int lane, const float* gs, float (&part)[2]) {
     const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
@@ -244,8 +223,8 @@ struct Nvfp4Mma {
     p8 = fmaf(d[0][3], e23.x, p8);
     p8 = fmaf(d[1][3], e23.y, p8);
     const int g = lane / 4;
-    part[0] = pg * x.unscale * gs[g / 4];
-    part[1] = p8 * x.unscale * gs[(g + 8) / 4];
+    part[0] = pg * x.unscale * gs[g / kNvfp4Rows];
+    part[1] = p8 * x.unscale * gs[(g + 8) / kNvfp4Rows];
   }
 };
 
@@ -339,7 +318,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       if (z_b) copy16(z_s + hh * P, z_b + hh * p.z_head_stride, P * act);
     }
     if (kNvfp4)  // 4-byte aligned (the ABI promises no more)
-      for (int i = threadIdx.x; i < hpb * P / 4; i += blockDim.x) cp_async<4>(gs_s + i, p.read_scale + sh0 * P / 4 + i);
+      for (int i = threadIdx.x; i < hpb * P / kNvfp4Rows; i += blockDim.x)
+        cp_async<4>(gs_s + i, p.read_scale + sh0 * P / kNvfp4Rows + i);
     cp_async_commit();
   }
   // The first rows' loads go out now: they depend on the slot only, not on the cursor or the prologue.
@@ -497,7 +477,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       const float abar = s_abar[hh];
       if (s_hist[hh] == L - 1) continue;  // a flush head (Nvfp4Mma: the flush launch wrote its rows)
       float part[RPL];
-      Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / 4, part);
+      Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / kNvfp4Rows, part);
 #pragma unroll
       for (int i = 0; i < RPL; ++i) {
         float v = part[i];
