@@ -305,17 +305,18 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   ActT* const ring_x = static_cast<ActT*>(p.ring_x);
   int32_t* const cursor = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;  // of (slot, head0)
   {
-    auto copy16 = [&](void* dst, const void* src, int bytes) {
-      for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
-        cp_async<16>(static_cast<char*>(dst) + i * 16, static_cast<const char*>(src) + i * 16);
-    };
     const int act = sizeof(ActT);
-    copy16(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
-    copy16(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
-    copy16(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);  // every record: which ones count needs the cursor
-    for (int hh = 0; hh < hpb; ++hh) {
-      copy16(x_s + hh * P, x_b + hh * p.x_head_stride, P * act);
-      if (z_b) copy16(z_s + hh * P, z_b + hh * p.z_head_stride, P * act);
+    cp_async_block<kWarps * 32>(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
+    cp_async_block<kWarps * 32>(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
+    cp_async_block<kWarps * 32>(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);  // every record: which ones count needs the cursor
+    const int x16 = P * act / 16;  // 16-byte pieces of a head's x (and z); one loop over the block's heads
+    for (int i = threadIdx.x; i < hpb * x16; i += blockDim.x) {
+      const int hh = i / x16, c16 = i - hh * x16;
+      cp_async<16>(reinterpret_cast<char*>(x_s + hh * P) + c16 * 16,
+                   reinterpret_cast<const char*>(x_b + hh * p.x_head_stride) + c16 * 16);
+      if (z_b)
+        cp_async<16>(reinterpret_cast<char*>(z_s + hh * P) + c16 * 16,
+                     reinterpret_cast<const char*>(z_b + hh * p.z_head_stride) + c16 * 16);
     }
     if (kNvfp4)  // 4-byte aligned (the ABI promises no more)
       for (int i = threadIdx.x; i < hpb * P / kNvfp4Rows; i += blockDim.x)
@@ -442,7 +443,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
 
   for (int s0 = 0; s0 < steps; s0 += kBatch) {
     if (s0 > 0) {
-      prefetch_batch(s0 + ahead * kBatch);
+      if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         if (s0 + k < steps) regs[k] = Fmt::load(p, warp_row0 + (s0 + k) * kRows, lane);
