@@ -84,7 +84,8 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
 
 // ---- Read formats. A warp step covers kRows rows (8: one row per lane; 16: the MMA tile, rows g and
 // g + 8 of lane (g, c)); the four lanes of a row are lane % 4 in both, so a row's partials sum with two shuffles.
-// load() takes the step's first row (a global row index: (slot, head, row) flattened), dot() gives the lane's
+// lane_base() takes the warp's first row (a global row index: (slot, head, row) flattened) and load() a warp step
+// from it; dot() gives the lane's
 // partial dots (for nvfp4 with the group scale applied; `gs` points at the step's first row's group scale).
 
 struct Fp32Read {
@@ -103,10 +104,15 @@ struct Fp32Read {
     for (int k = 0; k < 32; ++k) c.C[k] = C_s[(k / 4) * 16 + (lane % 4) * 4 + k % 4];
     return c;
   }
-  __device__ static Regs load(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
+  struct Lane {
+    const float4* src;  // the lane's first vector of its first row
+  };
+  __device__ static Lane lane_base(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
+    return {reinterpret_cast<const float4*>(static_cast<const float*>(p.state) + (row0 + lane / 4) * kN) + lane % 4};
+  }
+  __device__ static Regs load(const Lane& l, int step) {
     Regs r;
-    const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.state) + (row0 + lane / 4) * kN) +
-                        lane % 4;
+    const float4* src = l.src + step * (kRows * kN / 4);
 #pragma unroll
     for (int q = 0; q < 8; ++q) r.v[q] = __ldcs(src + q * 4);
     return r;
@@ -181,16 +187,26 @@ struct Nvfp4Mma {
     x.unscale = 64.f / sC;
     return x;
   }
-  __device__ static Regs load(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
+  struct Lane {
+    const uint4* codes;     // row g's 16 bytes of codes at columns 32 c .. 32 c + 31, in the warp's first step
+    const unsigned* scale;  // row g's block-scale word c % 2, in the warp's first step
+  };
+  __device__ static Lane lane_base(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
     const int64_t row = row0 + lane / 4;
     const int c = lane % 4;
-    const uint8_t* codes = static_cast<const uint8_t*>(p.read_state);
-    const uint8_t* bscale = static_cast<const uint8_t*>(p.read_block_scale);
+    return {reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.read_state) + row * (kN / 2) + c * 16),
+            reinterpret_cast<const unsigned*>(static_cast<const uint8_t*>(p.read_block_scale) + row * (kN / 16) +
+                                              (c % 2) * 4)};
+  }
+  // Warp step `step` (rows g and g + 8 of its 16): word offsets from the lane's base, so that a batch's steps
+  // address with immediates from one base.
+  __device__ static Regs load(const Lane& l, int step) {
+    constexpr int kCodeWords = kN / 2 / 16, kScaleWords = kN / kNvfp4Block / 4;  // uint4 / unsigned per row
     Regs r;
-    r.c0 = __ldcs(reinterpret_cast<const uint4*>(codes + row * (kN / 2) + c * 16));
-    r.c1 = __ldcs(reinterpret_cast<const uint4*>(codes + (row + 8) * (kN / 2) + c * 16));
-    r.s0 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + row * (kN / kNvfp4Block) + (c % 2) * 4));
-    r.s1 = __ldcs(reinterpret_cast<const unsigned int*>(bscale + (row + 8) * (kN / kNvfp4Block) + (c % 2) * 4));
+    r.c0 = __ldcs(l.codes + step * kRows * kCodeWords);
+    r.c1 = __ldcs(l.codes + (step * kRows + 8) * kCodeWords);
+    r.s0 = __ldcs(l.scale + step * kRows * kScaleWords);
+    r.s1 = __ldcs(l.scale + (step * kRows + 8) * kScaleWords);
     return r;
   }
   __device__ static void prefetch(const rssm_mamba2_decode_params& p, int64_t row0, int rows) {
@@ -326,10 +342,11 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   // The first rows' loads go out now: they depend on the slot only, not on the cursor or the prologue.
   const int rpw = hpb * P / kWarps, steps = rpw / kRows;
   const int64_t warp_row0 = sh0 * P + warp * rpw;  // (slot, head0 + row / P, row % P) flattened
+  const typename Fmt::Lane lane_src = Fmt::lane_base(p, warp_row0, lane);  // the lane's loads: offsets from here
   typename Fmt::Regs regs[kBatch];
 #pragma unroll
   for (int k = 0; k < kBatch; ++k)
-    if (k < steps) regs[k] = Fmt::load(p, warp_row0 + k * kRows, lane);
+    if (k < steps) regs[k] = Fmt::load(lane_src, k);
   // The next `ahead` batches of the warp's rows (contiguous) are asked of L2 too: memory stays busy through the
   // prologue and between batches without holding registers; batch i + ahead is asked for when batch i loads.
   const auto prefetch_batch = [&](int s) {
@@ -441,17 +458,26 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   __syncwarp();
   const typename Fmt::Ctx ctx = Fmt::context(C_s, lane);
 
+  // The head of a batch's first row and its row in the head, advanced per batch (no division in the loop). A batch
+  // (kBatch * kRows <= 64 rows, P >= 64) crosses at most one head boundary, and only between steps.
+  static_assert(kBatch * kRows <= 64, "a batch spans at most two heads (head_dim >= 64)");
+  int batch_head = warp * rpw / P, batch_row = warp * rpw - batch_head * P;
   for (int s0 = 0; s0 < steps; s0 += kBatch) {
     if (s0 > 0) {
+      batch_row += kBatch * kRows;
+      if (batch_row >= P) {
+        batch_row -= P;
+        ++batch_head;
+      }
       if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
-        if (s0 + k < steps) regs[k] = Fmt::load(p, warp_row0 + (s0 + k) * kRows, lane);
+        if (s0 + k < steps) regs[k] = Fmt::load(lane_src, s0 + k);
     }
     if constexpr (Fmt::kFlushRows) {
       // A flushing head: the batch's kBatch steps together (16 rows from a multiple of 16: the warp's rows are a
       // multiple of 16 (kRowQuantum) and so is P, so they lie in one head).
-      const int lrow0 = warp * rpw + s0 * kRows, hh = lrow0 / P;
+      const int lrow0 = warp * rpw + s0 * kRows, hh = batch_head;
       if (s_hist[hh] == L - 1) {
         const int r0 = lrow0 - hh * P + lane / 4;
         flush_rows(regs, s_abar[hh], s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r0, P, B32_s,
@@ -474,7 +500,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       if (s0 + k >= steps) break;
-      const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = lrow0 / P;  // a step's rows share a head
+      // A step's rows share a head (P is a multiple of kRows).
+      const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = batch_head + (batch_row + k * kRows >= P);
       const float abar = s_abar[hh];
       if (s_hist[hh] == L - 1) continue;  // a flush head (Nvfp4Mma: the flush launch wrote its rows)
       float part[RPL];
