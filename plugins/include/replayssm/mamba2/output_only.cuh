@@ -195,7 +195,7 @@ struct Nvfp4Mma {
     const int64_t row = row0 + lane / 4;
     const int c = lane % 4;
     return {reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.read_state) + row * (kN / 2) + c * 16),
-            reinterpret_cast<const unsigned*>(static_cast<const uint8_t*>(p.read_block_scale) + row * (kN / 16) +
+            reinterpret_cast<const unsigned*>(static_cast<const uint8_t*>(p.read_block_scale) + row * (kN / kNvfp4Block) +
                                               (c % 2) * 4)};
   }
   // Warp step `step` (rows g and g + 8 of its 16): word offsets from the lane's base, so that a batch's steps
