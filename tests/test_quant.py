@@ -3,6 +3,7 @@ statistical bounds and deterministic per key."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,7 +60,7 @@ def test_nvfp4_exact_values_round_trip_exactly():
 
 def test_e2m1_rounds_to_nearest_even_with_thresholds():
     """The code of a scaled value is the nearest e2m1 value, ties to the even code, saturating at 6; equal to
-    the comparison count the kernel uses (decode.cuh, e2m1_code)."""
+    the comparison count of quant._e2m1_code."""
     v = torch.tensor([0.0, 0.25, 0.2500001, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 5.0001, 7.0, 1e9, -0.25, -0.3, -5.0, -9.0])
     m = v.abs()
     idx = ((m > 0.25).int() + (m >= 0.75).int() + (m > 1.25).int() + (m >= 1.75).int() + (m > 2.5).int()
@@ -67,6 +68,28 @@ def test_e2m1_rounds_to_nearest_even_with_thresholds():
     want = (idx | ((v < 0).int() << 3)).to(torch.uint8)
     assert torch.equal(_e2m1_code(v), want)
     assert want.tolist()[:12] == [0, 0, 1, 2, 2, 4, 4, 6, 6, 7, 7, 7]
+
+
+def test_e2m1_branch_free_formula_equals_the_comparison_count():
+    """The flush's e2m1_code (common/nvfp4.cuh) rounds fp32 bits instead of counting comparisons: from 1 up, the
+    bits rounded to one mantissa bit (nearest, ties to even) and shifted right by 22, less 252, saturated at 7;
+    below 1, two comparisons. The same formula in numpy's uint32 arithmetic, against quant._e2m1_code on every
+    threshold, its fp32 neighbours, random values across the range, and the specials."""
+    mids = np.array([0.25, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0], np.float32)
+    near = np.concatenate([mids, np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(np.inf))])
+    rng = np.random.default_rng(7)
+    rand = np.concatenate([rng.uniform(0, 9, 20000), rng.uniform(0, 1.01, 20000), 10.0 ** rng.uniform(-40, 38, 2000)])
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3e38], np.float32)
+    mag = np.concatenate([near, rand.astype(np.float32), specials]).astype(np.float32)
+    v = np.concatenate([mag, -mag])
+    m = np.abs(v)
+    bits = m.view(np.uint32).astype(np.int64)
+    normal = np.minimum(((bits + 0x1FFFFF + ((bits >> 22) & 1)) >> 22) - 252, 7)
+    small = (m > 0.25).astype(np.int64) + (m >= 0.75)
+    with np.errstate(invalid="ignore"):
+        code = np.where(m >= 1, normal, small) | np.where(v < 0, 8, 0)
+    want = _e2m1_code(torch.from_numpy(v)).numpy().astype(np.int64)
+    assert np.array_equal(code, want), v[code != want][:8]
 
 
 def test_nvfp4_rejects_ragged_rows():

@@ -5,10 +5,12 @@ quantisers (the Mamba-2 decode flush writes fp16 / bf16 / fp8 / nvfp4 copies exa
 Formats (x: [..., R, n], quantised along the last dimension):
     fp8 e4m3, per-row scale  : s = amax(|row|) * (1/448) ;  q = e4m3(x / s)
     nvfp4                    : per group of NVFP4_ROWS = 4 rows an fp32 scale t = amax(|group|) * (1/2688);
-                               per block of 16 a scale b = e4m3(amax(|block|) * (1/6) / t);
-                               q = e2m1(x / (b t)) (0 where b t = 0), e2m1 values {0, 0.5, 1, 1.5, 2, 3, 4, 6}
-                               with sign, round to nearest even (ties to the even code), saturating at 6;
-                               two codes per byte (low nibble first). Scales clamp to the smallest normal fp32.
+                               per block of 16 a scale b = e4m3(amax(|block|) * (1/6) * (1 / t));
+                               q = e2m1(x * r) with r = 1 / (b t) (r = 0 where b t = 0), e2m1 values
+                               {0, 0.5, 1, 1.5, 2, 3, 4, 6} with sign, round to nearest even (ties to the even
+                               code), saturating at 6; two codes per byte (low nibble first). t clamps to the
+                               smallest normal fp32. Reciprocals per group and per block, products per element:
+                               the kernel's flush divides once per 4 elements, not per element.
     (1/c) is the constant's reciprocal rounded to fp32, and a product with it is one fp32 product: PyTorch's
     CUDA division by a Python scalar is exactly that product while its CPU division is a true division, so the
     specification is written with products to give the same bits on every device. Every other division is
@@ -84,9 +86,11 @@ def quantize_nvfp4(x: torch.Tensor):
     t = (groups.abs().amax(-1) * INV_NVFP4_RANGE).clamp_min(torch.finfo(torch.float32).tiny)
     t_rows = t.repeat_interleave(NVFP4_ROWS, dim=-1)[..., None]  # [..., R, 1]
     blocks = x.reshape(*lead, R, n // NVFP4_BLOCK, NVFP4_BLOCK)
-    bscale = (blocks.abs().amax(-1) * INV_E2M1_MAX / t_rows).to(torch.float8_e4m3fn)
+    bscale = (blocks.abs().amax(-1) * INV_E2M1_MAX * (torch.ones_like(t_rows) / t_rows)).to(torch.float8_e4m3fn)
     denom = (bscale.float() * t_rows)[..., None]
-    scaled = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), torch.zeros_like(blocks))
+    positive = denom > 0
+    r = torch.where(positive, torch.ones_like(denom) / torch.where(positive, denom, 1.0), 0.0)
+    scaled = blocks * r
     codes = _e2m1_code(scaled).reshape(*lead, R, n)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return packed, bscale, t

@@ -17,12 +17,17 @@ namespace replayssm {
 constexpr int kNvfp4Rows = 4, kNvfp4Block = 16;
 constexpr float kNvfp4Range = 448.f * 6.f;
 
-// e2m1 code of a value already divided by its scale: the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, ties to the
-// even code, saturating at 6, sign bit 3 set for v < 0 (quant._e2m1_code; NaN gives 0 in both).
-__device__ __forceinline__ uint32_t e2m1_code(float v) {
-  const float m = fabsf(v);
-  const uint32_t idx = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.f);
-  return idx | (v < 0.f ? 8u : 0u);
+// e2m1 code of a value already scaled (q = x * r, r = 1 / (b t)): the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6},
+// ties to the even code, saturating at 6, sign bit 3 set for q < 0 (quant._e2m1_code; NaN gives 0). Branch-free:
+// below 1 the grid step is 0.5, two comparisons (0.25 ties down to 0, 0.75 up to 1.0); from 1 up an e2m1 value is
+// an fp32 value with one mantissa bit, so the bits rounded to one mantissa bit (to nearest, ties to even) and
+// shifted right by 22 are 254 at 1.0, 255 at 1.5, 256 at 2.0, ..., 259 at 6.0 and 260 from 7.0 (saturated).
+__device__ __forceinline__ uint32_t e2m1_code(float q) {
+  const float m = fabsf(q);
+  const uint32_t bits = __float_as_uint(m);
+  const uint32_t normal = min(((bits + 0x1FFFFFu + ((bits >> 22) & 1u)) >> 22) - 252u, 7u);
+  const uint32_t small = (m > 0.25f ? 1u : 0u) + (m >= 0.75f ? 1u : 0u);
+  return (m >= 1.f ? normal : small) | (q < 0.f ? 8u : 0u);
 }
 
 // Two e2m1 codes (one byte, low nibble first) widened to fp32, times 2^-14, exactly: a code's magnitude bits

@@ -52,9 +52,11 @@
 //     and before queueing the next copies into a stage (every lane done reading it).
 //   - Flush: the block amax across the 16 / VEC lanes holding a block (shuffles), the group amax across the
 //     whole warp (a warp's rows are whole groups of 4: RW is 4, 8 or 16 for every tiling), then
-//     t = max(amax * (1/2688), FLT_MIN), b = e4m3(amax_block * (1/6) / t), code = e2m1(v / (b t)) by comparisons
-//     (nearest, ties to even, saturating): the same fp32 operations in the same order as quant.quantize_nvfp4,
-//     so the copy of an fp32 checkpoint matches the reference bit for bit.
+//     t = max(amax * (1/2688), FLT_MIN), b = e4m3(amax_block * (1/6) * (1 / t)), r = 1 / (b t) (0 where b t = 0),
+//     code = e2m1(v * r) (nearest, ties to even, saturating; common/nvfp4.cuh, branch-free): the same fp32
+//     operations in the same order as quant.quantize_nvfp4, so the copy of an fp32 checkpoint matches the
+//     reference bit for bit. Two divisions per group of 4 rows and one per vector, none per element: a division
+//     per element (IEEE, with its slow-path branch) made the encoder the nvfp4 flush's cost.
 //   - Non-flush read: codes widen to fp32 exactly in registers (e2m1x2_scaled), y_row = t_row * sum_blocks
 //     b * sum_n code_n C_n (block scales inside the lane's dot, the group scale, staged in the prologue, after
 //     the reduce-scatter). Hopper has no fp4 arithmetic; the conversion is integer ops plus one f16x2 widen.
@@ -153,22 +155,21 @@ __device__ __forceinline__ void store_read_copy_nvfp4(const float (&s)[Tl::KI][T
 #pragma unroll
       for (int v = 0; v < NV; ++v) a = fmaxf(a, amax[i][v]);
     const float t = fmaxf(group_max<32>(a) * (1.f / kNvfp4Range), FLT_MIN);
+    const float inv_t = 1.f / t;
     if (lane == 0) gscale[g] = t;  // WRITES read_scale[slot, head, group]
 #pragma unroll
     for (int i = g * IPG; i < (g + 1) * IPG; ++i)
 #pragma unroll
       for (int v = 0; v < NV; ++v) {
         const int off = i * RPI * N + v * LPR * VEC;  // the vector's first element, from the thread's first
-        const __nv_fp8_e4m3 b = from_float<__nv_fp8_e4m3>(group_max<BL>(amax[i][v]) * (1.f / 6.f) / t);
+        const __nv_fp8_e4m3 b = from_float<__nv_fp8_e4m3>(group_max<BL>(amax[i][v]) * (1.f / 6.f) * inv_t);
         if (col_lane % BL == 0) bscale[off / kNvfp4Block] = b.__x;  // WRITES read_block_scale[slot, head, row, blk]
         const float d = to_float(b) * t;
+        const float r = d > 0.f ? 1.f / d : 0.f;
         Packed<uint8_t, VEC / 2> out;
 #pragma unroll
-        for (int k = 0; k < VEC / 2; ++k) {
-          const uint32_t lo = d > 0.f ? e2m1_code(s[i][v][2 * k] / d) : 0u;
-          const uint32_t hi = d > 0.f ? e2m1_code(s[i][v][2 * k + 1] / d) : 0u;
-          out.v[k] = static_cast<uint8_t>(lo | (hi << 4));
-        }
+        for (int k = 0; k < VEC / 2; ++k)
+          out.v[k] = static_cast<uint8_t>(e2m1_code(s[i][v][2 * k] * r) | (e2m1_code(s[i][v][2 * k + 1] * r) << 4));
         *reinterpret_cast<Packed<uint8_t, VEC / 2>*>(codes + off / 2) = out;  // WRITES read_state[slot, head, row, :]
       }
   }
