@@ -639,12 +639,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, blockIdx.y);
     return;
   }
-  // The output-only launch after this one (output_only.cuh, a programmatic dependent) may start now: it works on
-  // the other rows, and waits for this launch before it writes the cursors and ring records this one reads.
-  allow_dependent_launch();
+  // First the whole batch's scan: the rows that flush for this block's heads (row_flushes reads their cursors), in
+  // batch order; this block takes those of rank k = blockIdx.y mod gridDim.y and keeps them, in rank order, in
+  // s_rows (at most ceil(batch / gridDim.y) rows: launch_mode plans gridDim.y >= 2 batch / L rows, and L <= 64).
   __shared__ int s_rows[kMaxWarps * 32];
   __shared__ int s_warp_rows[kMaxWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  const int Y = static_cast<int>(gridDim.y), y = static_cast<int>(blockIdx.y);
   int seen = 0;  // flushing rows before this piece of the batch
   for (int b0 = 0; b0 < p.batch; b0 += blockDim.x) {
     const int bb = b0 + threadIdx.x;
@@ -657,16 +658,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       before += w < warp ? s_warp_rows[w] : 0;
       total += s_warp_rows[w];
     }
-    if (f) s_rows[before + __popc(ballot & ((1u << lane) - 1u))] = bb;
-    __syncthreads();
-    for (int i = 0; i < total; ++i) {
-      if ((seen + i) % static_cast<int>(gridDim.y) != static_cast<int>(blockIdx.y)) continue;
-      decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, s_rows[i]);
-      cp_async_wait_group<0>();
-      __syncthreads();  // the row's shared memory is free for the next one
-    }
+    const int rank = seen + before + __popc(ballot & ((1u << lane) - 1u));
+    if (f && rank % Y == y && rank / Y < kMaxWarps * 32) s_rows[rank / Y] = bb;
     seen += total;
-    __syncthreads();  // s_rows and s_warp_rows are rewritten by the next piece
+    __syncthreads();  // s_warp_rows is rewritten by the next piece; s_rows complete after the last
+  }
+  // The output-only launch after this one (output_only.cuh, a programmatic dependent) may start once every block
+  // of this launch is here: it advances the cursors of rows that do not flush, which the scans above read (a row
+  // with a flushing head keeps its cursors until this launch has finished: that launch's blocks of such a row wait).
+  allow_dependent_launch();
+  const int mine = min(seen > y ? (seen - y + Y - 1) / Y : 0, kMaxWarps * 32);
+  for (int i = 0; i < mine; ++i) {
+    decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, s_rows[i]);
+    cp_async_wait_group<0>();
+    __syncthreads();  // the row's shared memory is free for the next one
   }
 }
 

@@ -292,7 +292,10 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int H = p.nheads, head0 = group * hpg + chunk * hpb, L = p.buffer_len, P = p.head_dim;
   const int ldt = round_up(L, 4);
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
-  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) {  // padding: touch nothing
+    if (!Fmt::kFlushRows && blockIdx.x == 0 && blockIdx.y == 0) wait_for_primary();  // (see the end of the kernel)
+    return;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ __align__(16) char smem[];
@@ -381,8 +384,17 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     s_A[threadIdx.x] = head_in.A;
     s_D[threadIdx.x] = head_in.D;
   }
+  // Nvfp4Mma, after the flush-only launch: whether any head of this row flushes (then this block writes cursors
+  // that launch reads, and waits for it; see the end of the kernel). Another block of the row may already have
+  // advanced its heads' cursors: a head read at L - 1 that way only makes this block wait needlessly; a flushing
+  // head's cursor is reset only after that launch has finished.
+  bool row_has_flush = false;
+  if constexpr (!Fmt::kFlushRows)
+    for (int h = threadIdx.x; h < H; h += blockDim.x)
+      row_has_flush |= clamp_history(p.cursor[((static_cast<int64_t>(slot) * H + h) * RSSM_CURSOR_REPLICAS) *
+                                                RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L) == L - 1;
   cp_async_wait_group<0>();
-  __syncthreads();
+  row_has_flush = __syncthreads_or(row_has_flush);
   // B·C of every ring position (by position) and of the current token (index L): a warp per position.
   for (int j = warp; j <= L; j += kWarps) {
     float d = 0.f;
@@ -517,12 +529,16 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       }
     }
   }
-  // Nvfp4Mma runs as a programmatic dependent of the flush-only launch (launch below). Above, the two overlap only
-  // where the value is discarded: this kernel loads the flushing heads' codes and scales (skipped before any use)
-  // while that launch rewrites them, and writes non-flushing heads' ring x records that the flush launch's prologue
-  // may stage but never reads (it skips those units). It uses the cursors and the group's ring of B records,
-  // written next: only after it has finished.
-  if constexpr (!Fmt::kFlushRows) wait_for_primary();
+  // Nvfp4Mma runs as a programmatic dependent of the flush-only launch (launch below), which starts it once its
+  // every block has scanned the batch's cursors for flushing rows (decode.cuh). Above, the two overlap only where
+  // the value is discarded: this kernel loads the flushing heads' codes and scales (skipped before any use) while
+  // that launch rewrites them, and writes non-flushing heads' ring x records that the flush launch's prologue may
+  // stage but never reads (it skips those units). Below it writes the cursors and the ring of B and dt records: a
+  // row without a flushing head is not read by that launch any more (its scans are done), so only a block of a
+  // row with a flushing head waits for it to finish, and block (0, 0) (so that this launch never ends before that
+  // one); the others end without waiting and free their multiprocessor for the rest of this launch.
+  if constexpr (!Fmt::kFlushRows)
+    if (row_has_flush || (blockIdx.x == 0 && blockIdx.y == 0)) wait_for_primary();
   // Per head: ring dt and the cursor (every replica; a flush head's history goes back to 0); per group: the ring
   // B record (the group's first block, by its first head, as decode.cuh).
   if (threadIdx.x < hpb) {
