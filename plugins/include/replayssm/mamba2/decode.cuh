@@ -632,8 +632,15 @@ __device__ __forceinline__ bool row_flushes(const rssm_mamba2_decode_params& p, 
 // batch: each block finds the batch's flushing rows (in batch order, blockDim.x rows at a time) and takes the k-th
 // of them for k = blockIdx.y mod gridDim.y. Few rows flush in a step (1/L of them with staggered phases), so the
 // launch is as short as those rows' work allows instead of a grid of blocks that mostly find nothing to do.
+// Blocks per multiprocessor the decode kernel's registers are bounded for: 2; 3 with an nvfp4 copy (80 registers,
+// a few bytes of spills), whose flush-only launch then leaves room on the multiprocessors for the output-only launch
+// that follows it (H200, Super L16, nvfp4 amortised, with the B / L row plan below: b256 174 us vs 179.5 at 2,
+// b512 323 vs 339; fp16 copies lost with 3: benchmarks/ab_session10.md).
+template <typename CopyT>
+constexpr int kDecodeMinBlocks = std::is_same_v<CopyT, nvfp4x2> ? 3 : 2;
+
 template <typename StateT, typename ActT, int N, bool REPLAY, typename CopyT>
-__global__ void __launch_bounds__(kMaxWarps * 32, 2)
+__global__ void __launch_bounds__(kMaxWarps * 32, kDecodeMinBlocks<CopyT>)
     decode_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const Shape shape, const SmemPlan sp) {
   if (!REPLAY || !shape.flush_only) {
     decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, blockIdx.y);
@@ -641,7 +648,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
   // First the whole batch's scan: the rows that flush for this block's heads (row_flushes reads their cursors), in
   // batch order; this block takes those of rank k = blockIdx.y mod gridDim.y and keeps them, in rank order, in
-  // s_rows (at most ceil(batch / gridDim.y) rows: launch_mode plans gridDim.y >= 2 batch / L rows, and L <= 64).
+  // s_rows (at most ceil(batch / gridDim.y) rows: launch_mode plans gridDim.y >= batch / L rows, and L <= 64).
   __shared__ int s_rows[kMaxWarps * 32];
   __shared__ int s_warp_rows[kMaxWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
@@ -693,9 +700,9 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   };
   const auto kernel = decode_kernel<StateT, ActT, N, REPLAY, CopyT>;
   static const int overhead = block_smem_overhead(kernel);
-  // Flush-only: blocks for 2 B / L rows per (group, chunk) (twice the rows that flush in a step with staggered
-  // phases), and the launch shape of that many rows.
-  const long long rows = flush_only ? std::min<long long>(p.batch, std::max(1, (2 * p.batch + L - 1) / std::max(L, 1)))
+  // Flush-only: blocks for B / L rows per (group, chunk) (the rows that flush in a step with staggered phases),
+  // and the launch shape of that many rows (2 B / L: b256 179.5 us vs 174 with kDecodeMinBlocks 3).
+  const long long rows = flush_only ? std::min<long long>(p.batch, std::max(1, (p.batch + L - 1) / std::max(L, 1)))
                                     : p.batch;
   Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, rows, sms);
   shape.flush_only = flush_only;
