@@ -85,8 +85,8 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
 // ---- Read formats. A warp step covers kRows rows (8: one row per lane; 16: the MMA tile, rows g and
 // g + 8 of lane (g, c)); the four lanes of a row are lane % 4 in both, so a row's partials sum with two shuffles.
 // lane_base() takes the warp's first row (a global row index: (slot, head, row) flattened) and load() a warp step
-// from it; dot() gives the lane's
-// partial dots (for nvfp4 with the group scale applied; `gs` points at the step's first row's group scale).
+// from it; dot() gives the lane's partial dots (for nvfp4 with the group scale applied; `gs` points at the step's
+// first row's group scale).
 
 struct Fp32Read {
   static constexpr int kRows = 8, kBatch = 2;
@@ -194,9 +194,10 @@ struct Nvfp4Mma {
   __device__ static Lane lane_base(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
     const int64_t row = row0 + lane / 4;
     const int c = lane % 4;
-    return {reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.read_state) + row * (kN / 2) + c * 16),
-            reinterpret_cast<const unsigned*>(static_cast<const uint8_t*>(p.read_block_scale) + row * (kN / kNvfp4Block) +
-                                              (c % 2) * 4)};
+    const uint8_t* const codes = static_cast<const uint8_t*>(p.read_state);
+    const uint8_t* const bscale = static_cast<const uint8_t*>(p.read_block_scale);
+    return {reinterpret_cast<const uint4*>(codes + row * (kN / 2) + c * 16),
+            reinterpret_cast<const unsigned*>(bscale + row * (kN / kNvfp4Block) + (c % 2) * 4)};
   }
   // Warp step `step` (rows g and g + 8 of its 16): word offsets from the lane's base, so that a batch's steps
   // address with immediates from one base.
@@ -327,7 +328,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     const int act = sizeof(ActT);
     cp_async_block<kWarps * 32>(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
     cp_async_block<kWarps * 32>(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
-    cp_async_block<kWarps * 32>(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);  // every record: which ones count needs the cursor
+    // every dt record: which ones count needs the cursor
+    cp_async_block<kWarps * 32>(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);
     const int x16 = P * act / 16;  // 16-byte pieces of a head's x (and z); one loop over the block's heads
     for (int i = threadIdx.x; i < hpb * x16; i += blockDim.x) {
       const int hh = i / x16, c16 = i - hh * x16;
