@@ -96,6 +96,7 @@ struct SmemPlan {
   int ring_dt;                         // [heads][round_up(L, 4)] fp32: the chunk heads' rings of dt
   int cursor;                          // [heads][RSSM_CURSOR_FIELDS] int32: one cursor replica per chunk head
   int w;                               // [heads][L] fp32: w_j of each chunk head's window, by record j
+  int cx;                              // [warps][kFlushChunk][rows per warp] fp32: a flushing warp's w_j x_j
   int coef;                            // [heads][L] fp32: w_j (B_j·C) by ring position (0 outside the window)
   int read_scale;                      // fp32 scales of the units' copy rows: fp8 [units][rows], nvfp4
                                        // [units][rows / 4] (else empty)
@@ -103,6 +104,9 @@ struct SmemPlan {
                                        // stage0 + k * stage_bytes
   int bytes;
 };
+
+// The flush's records per chunk: a flushing warp forms w_j x_j at its rows for this many records at a time.
+constexpr int kFlushChunk = 8;
 
 // tile_bytes: bytes of one unit's staged tile (the checkpoint's, or the read copy's with its block scales);
 // unit_scales: fp32 scales per unit of the read copy (fp8: rows, nvfp4: rows / 4, else 0).
@@ -117,6 +121,7 @@ inline SmemPlan smem_plan(int L, int N, int rows, int units, int heads, int tile
   s.ring_dt = bump.take(heads * round_up(L, 4) * 4);
   s.cursor = bump.take(L > 0 ? heads * RSSM_CURSOR_FIELDS * 4 : 0);
   s.w = bump.take(heads * L * 4);
+  s.cx = bump.take(rows * kFlushChunk * 4);  // the unit's rows are the warps' rows
   s.coef = bump.take(heads * L * 4);
   s.read_scale = bump.take(units * unit_scales * 4);
   s.stage0 = bump.off;
@@ -369,6 +374,7 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
   const ActT* rB_s = reinterpret_cast<const ActT*>(smem + sp.ring_B);
   float* const w_s = reinterpret_cast<float*>(smem + sp.w);
   float* const coef_s = reinterpret_cast<float*>(smem + sp.coef);
+  float* const cx_w = reinterpret_cast<float*>(smem + sp.cx) + warp * (kFlushChunk * RW);  // this warp's slice
   if (REPLAY) {
     // B·C of every ring position and of the current token, once per block: segment seg of warp w takes
     // positions w * RPI + seg, + nseg, ... (position L: the current token); the loop is warp-uniform.
@@ -506,37 +512,51 @@ __device__ __forceinline__ void decode_row(const rssm_mamba2_decode_params& p, c
           for (int v = 0; v < NV; ++v) load_vec<StateT, VEC>(ss + thread_off + vec_step(i, v), s[i][v]);
       }
       scale_each(s, abar);
-      for (int j = 0; j < t; ++j) {
-        // Record j: its x at this thread's rows, its B at this lane's columns (the current token's from
-        // registers, ring records from shared memory), its weight.
-        const bool current = j == hist;
-        const ActT* xj = (current ? x_s : rx_s + ring_pos(origin, j, L) * TR) + warp * RW + seg;
-        float xv[KI];
-        if (RPI == 1) {
-          load_vec<ActT, KI>(xj, xv);  // the thread's rows are consecutive
-        } else {
-#pragma unroll
-          for (int i = 0; i < KI; ++i) xv[i] = to_float(xj[i * RPI]);
+      // Records j = 0 .. t - 1 (the current token's at j = hist) in chunks of kFlushChunk: the warp first forms
+      // w_j x_j at its RW rows for the chunk's records ([record][row] in its slice of cx), each value once per
+      // warp instead of once per lane, then every record's products read them back; B_j comes from the ring
+      // position, advanced with j. The same fp32 operations in the same order as before (w_j x, then one FMA
+      // per record): the same bits.
+      for (int j0 = 0; j0 < t; j0 += kFlushChunk) {
+        const int pos0 = REPLAY ? ring_pos(origin, j0, L) : 0;  // j0 < t <= L
+        __syncwarp();  // the previous chunk's (or unit's) products are read
+        for (int e = lane; e < kFlushChunk * RW; e += 32) {
+          const int jj = e / RW, r = e - jj * RW, j = j0 + jj;
+          float v = 0.f;
+          if (j < t) {
+            const ActT* xr = j == hist ? x_s : rx_s + ring_pos(pos0, jj, L) * TR;
+            v = (REPLAY ? w_s[hh * L + j] : dt) * to_float(xr[warp * RW + r]);
+          }
+          cx_w[e] = v;
         }
-        float Bj[NV][VEC];
-        if (current) {
+        __syncwarp();
+        int pos = pos0;
+        for (int jj = 0; jj < kFlushChunk && j0 + jj < t; ++jj) {
+          float Bj[NV][VEC];
+          if (j0 + jj == hist) {
 #pragma unroll
-          for (int v = 0; v < NV; ++v)
+            for (int v = 0; v < NV; ++v)
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) Bj[v][e] = Bc[v][e];
-        } else {
-          const ActT* Bjs = rB_s + ring_pos(origin, j, L) * N;
+              for (int e = 0; e < VEC; ++e) Bj[v][e] = Bc[v][e];
+          } else {
+            const ActT* Bjs = rB_s + pos * N;
 #pragma unroll
-          for (int v = 0; v < NV; ++v) load_vec<ActT, VEC>(Bjs + (v * LPR + col_lane) * VEC, Bj[v]);
-        }
-        const float wj = REPLAY ? w_s[hh * L + j] : dt;
+            for (int v = 0; v < NV; ++v) load_vec<ActT, VEC>(Bjs + (v * LPR + col_lane) * VEC, Bj[v]);
+          }
+          float cx[KI];
+          if (RPI == 1) {
+            load_vec<float, KI>(cx_w + jj * RW, cx);  // the thread's rows are the warp's (seg 0)
+          } else {
 #pragma unroll
-        for (int i = 0; i < KI; ++i) {
-          const float cx = wj * xv[i];
+            for (int i = 0; i < KI; ++i) cx[i] = cx_w[jj * RW + seg + i * RPI];
+          }
 #pragma unroll
-          for (int v = 0; v < NV; ++v)
+          for (int i = 0; i < KI; ++i)
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) s[i][v][e] = fmaf(cx, Bj[v][e], s[i][v][e]);
+            for (int v = 0; v < NV; ++v)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) s[i][v][e] = fmaf(cx[i], Bj[v][e], s[i][v][e]);
+          pos = pos + 1 == L ? 0 : pos + 1;
         }
       }
 #pragma unroll
