@@ -176,6 +176,23 @@ __device__ __forceinline__ void warp_suffix_sums(float v0, float v1, float& ex0,
   total = __shfl_sync(0xffffffffu, in0, 0) + total1;
 }
 
+// The same in segments of `seg` lanes (a power of two, 8 to 32; warp-uniform), a window of up to seg values per
+// segment, one per lane: each segment's sums as warp_suffix_sums would give them for its window alone, bit for bit
+// (the 32-lane scan only adds the zeros of the lanes past a window).
+__device__ __forceinline__ void segment_suffix_sums(float v, int seg, float& ex, float& total) {
+  const int sl = threadIdx.x & (seg - 1);
+  float in = v;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    if (off >= seg) break;
+    const float u = __shfl_down_sync(0xffffffffu, in, off, seg);
+    if (sl + off < seg) in += u;
+  }
+  const float next = __shfl_down_sync(0xffffffffu, in, 1, seg);
+  ex = sl < seg - 1 ? next : 0.f;
+  total = __shfl_sync(0xffffffffu, in, 0, seg);
+}
+
 // The same for a window of up to 32 values, one per lane.
 __device__ __forceinline__ void warp_suffix_sums(float v, float& ex, float& total) {
   const int lane = threadIdx.x % 32;

@@ -416,29 +416,34 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
         B32_s[i] = i < L * kN ? to_float(rB_s[i]) : s_Bcur[i - L * kN];
   }
   __syncthreads();
-  // Window weights, one warp per head (decode.cuh's prologue), and the current x into its ring record: in shared
-  // memory (the window below) and, for a non-flush head, in the pool.
-  for (int hh = warp; hh < hpb; hh += kWarps) {
-    const int hist = s_hist[hh], origin = s_origin[hh];
-    const float A = s_A[hh], dt = s_dt[hh];
-    const float* rdt = rdt_s + hh * ldt;
-    const int j = lane;
-    const float dtj = j > hist ? 0.f : (j == hist ? dt : rdt[ring_pos(origin, j, L)]);
-    float ex, total;
-    warp_suffix_sums(dtj, ex, total);
-    const float w = dtj * expf(A * ex);
-    if (j < L) {
-      const float bc = j > hist ? 0.f : (j == hist ? s_bc[L] : s_bc[ring_pos(origin, j, L)]);
-      coef_s[hh * L + ring_pos(origin, j, L)] = w * bc;
-      if constexpr (Fmt::kFlushRows) w_s[hh * L + j] = w;
-    }
-    if (lane == 0) s_abar[hh] = expf(A * total);
-    const int pos_cur = ring_pos(origin, hist, L);
-    ActT* const rx_g = ring_x + ((sh0 + hh) * L + pos_cur) * P;
-    for (int c = lane; c < P * static_cast<int>(sizeof(ActT)) / 16; c += 32) {
-      const uint4 v = reinterpret_cast<const uint4*>(x_s + hh * P)[c];
-      reinterpret_cast<uint4*>(rx_s + (hh * L + pos_cur) * P)[c] = v;
-      if (hist < L - 1) reinterpret_cast<uint4*>(rx_g)[c] = v;  // WRITES ring_x[slot, head, pos_cur, :]
+  // Window weights, a segment of `seg` lanes per head (the fewest lanes, 8 to 32, that hold a window of L records:
+  // 32 / seg heads per warp at a time; decode.cuh's prologue in its order, so the same bits), and the current x into
+  // its ring record: in shared memory (the window below) and, for a non-flush head, in the pool.
+  {
+    const int seg = L <= 8 ? 8 : L <= 16 ? 16 : 32, per_warp = 32 / seg;
+    for (int hh0 = warp * per_warp; hh0 < hpb; hh0 += kWarps * per_warp) {
+      const int hh = hh0 + lane / seg, j = lane & (seg - 1);
+      const bool live = hh < hpb;  // (the segments of a warp past the block's heads only take part in the scan)
+      const int hist = live ? s_hist[hh] : -1, origin = live ? s_origin[hh] : 0;
+      const float A = live ? s_A[hh] : 0.f, dt = live ? s_dt[hh] : 0.f;
+      const float dtj = j > hist ? 0.f : (j == hist ? dt : rdt_s[hh * ldt + ring_pos(origin, j, L)]);
+      float ex, total;
+      segment_suffix_sums(dtj, seg, ex, total);
+      if (!live) continue;
+      const float w = dtj * expf(A * ex);
+      if (j < L) {
+        const float bc = j > hist ? 0.f : (j == hist ? s_bc[L] : s_bc[ring_pos(origin, j, L)]);
+        coef_s[hh * L + ring_pos(origin, j, L)] = w * bc;
+        if constexpr (Fmt::kFlushRows) w_s[hh * L + j] = w;
+      }
+      if (j == 0) s_abar[hh] = expf(A * total);
+      const int pos_cur = ring_pos(origin, hist, L);
+      ActT* const rx_g = ring_x + ((sh0 + hh) * L + pos_cur) * P;
+      for (int c = j; c < P * static_cast<int>(sizeof(ActT)) / 16; c += seg) {
+        const uint4 v = reinterpret_cast<const uint4*>(x_s + hh * P)[c];
+        reinterpret_cast<uint4*>(rx_s + (hh * L + pos_cur) * P)[c] = v;
+        if (hist < L - 1) reinterpret_cast<uint4*>(rx_g)[c] = v;  // WRITES ring_x[slot, head, pos_cur, :]
+      }
     }
   }
   __syncthreads();
