@@ -51,8 +51,6 @@ constexpr int kBlocksPerSm = 16 / kWarps;  // blocks per multiprocessor planned 
 constexpr int kMaxHeads = 16;     // value heads per block
 constexpr int kMaxLen = 32;       // L of this route (one lane per record in the weights' scan)
 constexpr int kRowQuantum = 16 * kWarps;  // a block's rows (heads x V) are a multiple: whole 16-row batches per warp
-constexpr int kUPad = 8;          // ring u records in shared memory: V + 8 elements apart (16 bytes), so that the
-                                  // 4 lanes of a row, reading records j = c, c + 4, ..., hit distinct banks
 
 // Shared memory of one block, byte offsets (each 16-byte aligned).
 struct Smem {
@@ -62,13 +60,15 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int V, int act_byt
   Smem s{};
   SmemBump bump;  // consecutive 16-byte-aligned regions
   s.ring_k = bump.take(L * kK * act_bytes);                  // [L][K] the key head's ring of k records
-  s.ring_u = bump.take(heads * L * (V + kUPad) * act_bytes);  // [heads][L][V + pad] the heads' ring u records
+  s.ring_u = bump.take(heads * L * V * act_bytes);           // [heads][L][V] the heads' ring u records
   s.v = bump.take(heads * V * act_bytes);                    // [heads][V] the current v
   s.ring_g = bump.take(heads * round_up(L, 4) * 4);          // [heads][round_up(L, 4)] fp32 ring g
   s.kq = bump.take(2 * kK * 4);                              // [2][K] fp32: the current (prepared) k, then q
-  s.w = bump.take(heads * L * 4);                            // [heads][L] w_j by record j (0 outside the window)
-  s.ck = bump.take(heads * L * 4);                           // [heads][L] w_j (k_j·k) by record j
-  s.cq = bump.take(heads * L * 4);                           // [heads][L] w_j (k_j·q) by record j
+  // By record j, rows of round_up(L, 4) (16-byte aligned: the window loop reads 4 records at once), 0 outside the
+  // window and past L:
+  s.w = bump.take(heads * round_up(L, 4) * 4);               // [heads][round_up(L, 4)] w_j
+  s.ck = bump.take(heads * round_up(L, 4) * 4);              // [heads][round_up(L, 4)] w_j (k_j·k)
+  s.cq = bump.take(heads * round_up(L, 4) * 4);              // [heads][round_up(L, 4)] w_j (k_j·q)
   s.pre = bump.take(heads * V * 4);                          // [heads * V] the window's part of y, per row
   s.pre_k = bump.take(heads * V * 4 * 4);                    // [heads * V][4] the window's part of S'k, by quarter
   s.k32 = bump.take(L * kK * 4);                             // [L][K] the k records in fp32 (flushing heads)
@@ -126,10 +126,10 @@ __device__ __forceinline__ float row_dot(const Row& r, const float* x_s, int lan
 // shared-memory reads), u = beta (v - S'k), S = S' + u k, y = S q, S stored in place (WRITES state). The same
 // fp32 operations in the same order as decode.cuh's flush route (row_dot's tree, then group_sum<4>), so the
 // checkpoint, u and y are the combined kernel's bit for bit. ru: the first row's u records by ring position
-// (stride us); w: w_j by record; v_s, y: the first row's v and y; row: its checkpoint row.
+// (stride V); w: w_j by record; v_s, y: the first row's v and y; row: its checkpoint row.
 template <int K, typename ActT>
 __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, int hist, int origin, int L,
-                                           const float* w, const ActT* ru, int us, const float* k32,
+                                           const float* w, const ActT* ru, int V, const float* k32,
                                            const float* kq_s, const ActT* v_s, ActT* y, float* row, int lane) {
 #pragma unroll
   for (int k = 0; k < K; ++k) scale_each(s[k].v, abar);
@@ -138,7 +138,7 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
     const int pos = ring_pos(origin, j, L);
     float cu[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) cu[k] = w[j] * to_float(ru[pos * us + 8 * k]);
+    for (int k = 0; k < K; ++k) cu[k] = w[j] * to_float(ru[pos * V + 8 * k]);
     const float4* kj = reinterpret_cast<const float4*>(k32 + pos * kK) + lane % 4;
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
@@ -181,7 +181,6 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   const int b = blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
   const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
   const int head0 = kh * hpg + chunk * hpb, L = p.buffer_len, V = p.head_v_dim, ldg = round_up(L, 4);
-  const int us = V + kUPad;  // ring u record stride in shared memory
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -210,18 +209,12 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   ActT* const ring_u = static_cast<ActT*>(p.ring_u) + sh0 * L * V;  // of (slot, head0)
   int32_t* const cursor = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   {
-    // The whole rings (no copy waits for a cursor): the key head's k records, the heads' u records (each record
-    // to its padded place), g; and the current v.
+    // The whole rings (no copy waits for a cursor): the key head's k records, the heads' u records and g (each
+    // contiguous in the pool); and the current v.
     const int act = sizeof(ActT);
-    const char* rkg = reinterpret_cast<const char*>(static_cast<const ActT*>(p.ring_k) + sk0 * L * kK);
-    for (int i = threadIdx.x; i < L * kK * act / 16; i += blockDim.x) cp_async<16>(smem + sp.ring_k + i * 16, rkg + i * 16);
-    const int rec16 = V * act / 16;  // 16-byte pieces of a u record
-    for (int i = threadIdx.x; i < hpb * L * rec16; i += blockDim.x) {
-      const int rec = i / rec16, c16 = i - rec * rec16;
-      cp_async<16>(ru_s + rec * us + c16 * (16 / act), ring_u + rec * V + c16 * (16 / act));
-    }
-    const float* rgg = p.ring_g + sh0 * ldg;
-    for (int i = threadIdx.x; i < hpb * ldg / 4; i += blockDim.x) cp_async<16>(rg_s + i * 4, rgg + i * 4);
+    cp_async_block<kWarps * 32>(rk_s, static_cast<const ActT*>(p.ring_k) + sk0 * L * kK, L * kK * act);
+    cp_async_block<kWarps * 32>(ru_s, ring_u, hpb * L * V * act);
+    cp_async_block<kWarps * 32>(rg_s, p.ring_g + sh0 * ldg, hpb * ldg * 4);
     const int v16 = V * act / 16;  // 16-byte pieces of a head's v (validation makes each (row, head) 16-byte aligned)
     for (int i = threadIdx.x; i < hpb * v16; i += blockDim.x) {
       const int hh = i / v16, c16 = i - hh * v16;
@@ -320,30 +313,44 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     const float gj = j > hist ? 0.f : (j == hist ? s_g[hh] : rg_s[hh * ldg + ring_pos(origin, j, L)]);
     float ex, total;
     warp_suffix_sums(gj, ex, total);
-    store_window_weights(j, ex, hist, origin, L, s_kk, s_kq, w_s + hh * L, ck_s + hh * L, cq_s + hh * L);
+    store_window_weights(j, ex, hist, origin, L, s_kk, s_kq, w_s + hh * ldg, ck_s + hh * ldg, cq_s + hh * ldg);
+    if (j >= L && j < ldg) w_s[hh * ldg + j] = ck_s[hh * ldg + j] = cq_s[hh * ldg + j] = 0.f;  // (the rows' padding)
     if (lane == 0) s_abar[hh] = expf(total);
   }
   __syncthreads();
   // Per row, once: the window's parts, from the same u records: of y, sum_{j<h} w_j (k_j·q) u_j (y only: its order
   // is free), and of S'k by quarter c (lane c of the row below), sum_{j<h, j = c mod 4} w_j (k_j·k) u_j, an FMA chain
-  // from 0 in increasing j as the combined kernel forms it (decode.cuh). Each warp its own rows, the only ones it
-  // reads below: a warp barrier, not a block barrier.
+  // from 0 in increasing j as the combined kernel forms it (decode.cuh). Records go 4 at a time without a branch:
+  // those past the window (j >= h, up to round_up(h, 4)) take u = 0 and coefficients 0, which add +0 to chains that
+  // start at +0 (never -0): the same bits. Each warp its own rows, the only ones it reads below: a warp barrier, not
+  // a block barrier.
   for (int lrow = warp * rpw + lane; lrow < (warp + 1) * rpw; lrow += 32) {
     const int hh = lrow / V, r = lrow - hh * V, hist = s_hist[hh], origin = s_origin[hh];
-    const ActT* ru = ru_s + hh * L * us + r;
-    const float* const ck = ck_s + hh * L;
-    const float* const cq = cq_s + hh * L;
+    const ActT* const ru = ru_s + hh * L * V + r;
+    const float* const ck = ck_s + hh * ldg;
+    const float* const cq = cq_s + hh * ldg;
     float acc = 0.f, part[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int j0 = 0; j0 < hist; j0 += 4)
+    int off = origin * V;  // record j's u at ru[off]: ring position (origin + j) mod L, advanced per record
+    for (int j0 = 0; j0 < hist; j0 += 4) {
+      float u[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int j = j0 + c;
-        if (j < hist) {
-          const float uj = to_float(ru[ring_pos(origin, j, L) * us]);
-          acc = fmaf(cq[j], uj, acc);
-          part[c] = fmaf(ck[j], uj, part[c]);
-        }
+        const float uj = to_float(ru[off]);
+        u[c] = j0 + c < hist ? uj : 0.f;
+        off += V;
+        if (off >= L * V) off -= L * V;
       }
+      const float4 k4 = *reinterpret_cast<const float4*>(ck + j0);
+      const float4 q4 = *reinterpret_cast<const float4*>(cq + j0);
+      acc = fmaf(q4.x, u[0], acc);
+      acc = fmaf(q4.y, u[1], acc);
+      acc = fmaf(q4.z, u[2], acc);
+      acc = fmaf(q4.w, u[3], acc);
+      part[0] = fmaf(k4.x, u[0], part[0]);
+      part[1] = fmaf(k4.y, u[1], part[1]);
+      part[2] = fmaf(k4.z, u[2], part[2]);
+      part[3] = fmaf(k4.w, u[3], part[3]);
+    }
     pre_s[lrow] = acc;
     reinterpret_cast<float4*>(pre_k_s)[lrow] = make_float4(part[0], part[1], part[2], part[3]);
   }
@@ -363,7 +370,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     const int hist = s_hist[hh], origin = s_origin[hh];
     const float abar = s_abar[hh], beta = s_beta[hh];
     if (hist == L - 1) {
-      flush_rows(regs, abar, beta, hist, origin, L, w_s + hh * L, ru_s + hh * L * us + r0, us, k32_s, kq_s,
+      flush_rows(regs, abar, beta, hist, origin, L, w_s + hh * ldg, ru_s + hh * L * V + r0, V, k32_s, kq_s,
                  v_s + hh * V + r0, y_b + hh * p.y_head_stride + r0,
                  lane_state + s0 * 8 * kK, lane);
       continue;

@@ -455,11 +455,11 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   constexpr int kPreRows = kNvfp4 ? 4 : 1;
   for (int lrow = warp * rpw + kPreRows * lane; lrow < (warp + 1) * rpw; lrow += kPreRows * 32) {
     const int hh = lrow / P, r = lrow - hh * P;
-    const ActT* rx = rx_s + hh * L * P + r;
+    const ActT* rx = rx_s + hh * L * P + r;  // advanced by a record per position (no multiply per record)
     const float* coef = coef_s + hh * L;
     float w[kPreRows] = {}, v[kPreRows];
-    for (int pos = 0; pos < L; ++pos) {
-      load_vec<ActT, kPreRows>(rx + pos * P, v);
+    for (int pos = 0; pos < L; ++pos, rx += P) {
+      load_vec<ActT, kPreRows>(rx, v);
       const float c = coef[pos];
 #pragma unroll
       for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
