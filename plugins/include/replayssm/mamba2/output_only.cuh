@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     store_vec<float, kPreRows>(gate_s + lrow, gate);
   }
   __syncwarp();
-  const typename Fmt::Ctx ctx = Fmt::context(C_s, lane);
+  typename Fmt::Ctx ctx = Fmt::context(C_s, lane);  // (Fp32Read: C in 32 registers; reloaded after a flush, below)
 
   // The head of a batch's first row and its row in the head, advanced per batch (no division in the loop). A batch
   // (kBatch * kRows <= 64 rows, P >= 64) crosses at most one head boundary, and only between steps.
@@ -501,6 +501,10 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
         const int r0 = lrow0 - hh * P + lane / 4;
         flush_rows(regs, s_abar[hh], s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r0, P, B32_s,
                    static_cast<float*>(p.state) + (warp_row0 + s0 * kRows + lane / 4) * kN, lane);
+        // C again from shared memory: ctx is dead through the rebuild above, so its 32 registers are free there
+        // (with them held, ptxas gave the loop one register quad for the 8 B vectors of a record, each read
+        // waited for before its FMAs).
+        ctx = Fmt::context(C_s, lane);
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
           float part[1];
