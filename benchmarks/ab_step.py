@@ -3,7 +3,9 @@
     RSSM_LIBRARY=<build>/libreplayssm.so python benchmarks/ab_step.py NAME [--batches 64,256] [--L 16]
 
 Prints one line per (family, batch): our conventional step, the ReplaySSM step amortised over staggered
-cursors, and (Mamba-2) every row on the output-only route or every row flushing. Mamba-2: Nemotron-3-Super
+cursors, and (Mamba-2) every row on the output-only route or every row flushing; the amortised step's achieved
+bandwidth (trtllm_replayssm/bench/bytes_model.py over its time) and its fraction of the copy bandwidth measured at
+the start of the run. Mamba-2: Nemotron-3-Super
 shape; GDN: Qwen3.5-122B-A10B; fp32 state, bf16 activations, CUDA graphs (trtllm_replayssm.bench.timing); the
 launches of a graph rotate over disjoint sets of rows as the benchmark tables do (cold L2 at small batches).
 benchmarks/ab_variants.sh builds several plugin trees and runs this against each.
@@ -15,7 +17,8 @@ import math
 
 import torch
 
-from trtllm_replayssm.bench.timing import cold_slot_sets, graph_launches, pool_slots, time_graph_us
+from trtllm_replayssm.bench.bytes_model import gdn_replay_amortised_bytes, mamba2_replay_amortised_bytes
+from trtllm_replayssm.bench.timing import cold_slot_sets, copy_bandwidth_gbs, graph_launches, pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
@@ -24,7 +27,13 @@ from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 LAUNCHES = 64
 
 
-def mamba2_line(name, batch, L, dev, latency_route_bytes=None):
+def bandwidth(nbytes, us, copy_gbs):
+    """Achieved TB/s of a step moving `nbytes` in `us`, and its share of the copy bandwidth."""
+    tbs = nbytes / (us * 1e-6) / 1e12
+    return f"{tbs:4.2f} TB/s ({tbs * 1e3 / copy_gbs:4.0%} of copy)"
+
+
+def mamba2_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     shape, (H, P, N, G) = Mamba2LayerShape(128, 64, 128, 8), (128, 64, 128, 8)
     slots = pool_slots(batch, H * P * N * 4)
     slot_sets = cold_slot_sets(slots, batch, H * P * N * 4, device=dev)
@@ -51,11 +60,12 @@ def mamba2_line(name, batch, L, dev, latency_route_bytes=None):
     fill = time_graph_us(lambda: hist.fill_(L // 2), n)
     nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), n) - fill
     allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill
+    moved = batch * mamba2_replay_amortised_bytes(shape, L, 4, 2)
     return (f"{name:12s} mamba2 b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}  "
-            f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}")
+            f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}  {bandwidth(moved, amortised, copy_gbs)}")
 
 
-def gdn_line(name, batch, L, dev, latency_route_bytes=None):
+def gdn_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     shape, (H, HV, K) = GdnLayerShape(16, 64, 128, 128), (16, 64, 128)
     slots = pool_slots(batch, HV * K * K * 4)
     slot_sets = cold_slot_sets(slots, batch, HV * K * K * 4, device=dev)
@@ -75,7 +85,9 @@ def gdn_line(name, batch, L, dev, latency_route_bytes=None):
     conv = time_graph_us(lambda: gdn_conventional_decode(pool.checkpoint, shape, q, k, v, slot_idx=next(sets), **kw), n)
     pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
     amortised = time_graph_us(lambda: gdn_replay_decode(pool, q, k, v, slot_idx=next(sets), **kw), n)
-    return f"{name:12s} gdn    b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}"
+    moved = batch * gdn_replay_amortised_bytes(shape, L, 4, 2)
+    return (f"{name:12s} gdn    b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}  "
+            f"{bandwidth(moved, amortised, copy_gbs)}")
 
 
 def main():
@@ -87,10 +99,12 @@ def main():
                     help="latency route limit (default: the config's; 0 turns the route off)")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    copy_gbs = copy_bandwidth_gbs()
+    print(f"{args.name:12s} copy bandwidth {copy_gbs / 1e3:.2f} TB/s", flush=True)
     for batch in (int(b) for b in args.batches.split(",")):
-        print(mamba2_line(args.name, batch, args.L, dev, args.latency_route_bytes), flush=True)
+        print(mamba2_line(args.name, batch, args.L, dev, copy_gbs, args.latency_route_bytes), flush=True)
         torch.cuda.empty_cache()
-        print(gdn_line(args.name, batch, args.L, dev, args.latency_route_bytes), flush=True)
+        print(gdn_line(args.name, batch, args.L, dev, copy_gbs, args.latency_route_bytes), flush=True)
         torch.cuda.empty_cache()
 
 
