@@ -177,7 +177,7 @@ __device__ __forceinline__ void warp_suffix_sums(float v0, float v1, float& ex0,
 }
 
 // The same in segments of `seg` lanes (a power of two, 8 to 32; warp-uniform), a window of up to seg values per
-// segment, one per lane: each segment's sums as warp_suffix_sums would give them for its window alone, bit for bit
+// segment, one per lane: each segment's sums as a 32-lane scan would give them for its window alone, bit for bit
 // (the 32-lane scan only adds the zeros of the lanes past a window).
 __device__ __forceinline__ void segment_suffix_sums(float v, int seg, float& ex, float& total) {
   const int sl = threadIdx.x & (seg - 1);
@@ -193,18 +193,9 @@ __device__ __forceinline__ void segment_suffix_sums(float v, int seg, float& ex,
   total = __shfl_sync(0xffffffffu, in, 0, seg);
 }
 
-// The same for a window of up to 32 values, one per lane.
+// The same for a window of up to 32 values, one per lane: the one-segment case.
 __device__ __forceinline__ void warp_suffix_sums(float v, float& ex, float& total) {
-  const int lane = threadIdx.x % 32;
-  float in = v;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const float u = __shfl_down_sync(0xffffffffu, in, off);
-    if (lane + off < 32) in += u;
-  }
-  const float next = __shfl_down_sync(0xffffffffu, in, 1);
-  ex = lane < 31 ? next : 0.f;
-  total = __shfl_sync(0xffffffffu, in, 0);
+  segment_suffix_sums(v, 32, ex, total);
 }
 
 // A cursor as the kernels read it: the history clamped to [0, L - 1] and the origin wrapped into [0, L), so that a
