@@ -76,6 +76,7 @@ struct SmemPlan {
   int ring_g;        // [heads][round_up(L, 4)] fp32 (KDA: [heads][L][K]): the chunk heads' rings of g
   int cursor;        // [heads][RSSM_CURSOR_FIELDS] int32: one cursor replica per chunk head
   int w, ck, cq;     // [heads][L] fp32 by record j: w_j, w_j (k_j·k), w_j (k_j·q) (KDA: -, (k_j ⊙ e^{D_j})·k, ·q)
+  int cx;            // [warps][kFlushChunk][rows per warp] fp32: a flushing warp's w_j u_j (scalar decay)
   int g_cur, decay;  // KDA: [heads][K] fp32 each: the current g and e^E per channel
   int kq_cur;        // KDA: [2][K] fp32: the current (prepared) k and q
   int read_scale;    // fp8 read copy: [units][rows] fp32, the row scales of the units' copy rows (else empty)
@@ -83,6 +84,9 @@ struct SmemPlan {
   int stage_copy;    // read copy: offset of the copy tile within a stage (after the checkpoint tile)
   int bytes;
 };
+
+// The flush's records per chunk: a flushing warp forms w_j u_j at its rows for this many records at a time.
+constexpr int kFlushChunk = 8;
 
 // copy_bytes: bytes per element of the read copy (0: none); unit_scales: fp32 scales per unit of the copy (fp8:
 // rows, else 0).
@@ -98,6 +102,7 @@ inline SmemPlan smem_plan(int L, int K, int rows, int units, int heads, int stat
   s.w = bump.take(heads * L * 4);
   s.ck = bump.take(heads * L * 4);
   s.cq = bump.take(heads * L * 4);
+  s.cx = bump.take(kda ? 0 : rows * kFlushChunk * 4);  // the unit's rows are the warps' rows
   s.g_cur = bump.take(kda ? heads * K * 4 : 0);
   s.decay = bump.take(kda ? heads * K * 4 : 0);
   s.kq_cur = bump.take(kda ? 2 * K * 4 : 0);
@@ -490,27 +495,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
               for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(uvals[i], kd[c][e], s[i][c][e]);
         }
       }
-      for (int j = 0; j < (KDA ? 0 : hist); ++j) {
-        const int pos = ring_pos(origin, j, L);
-        const ActT* uj = ru_s + pos * TR + warp * RW + seg;
-        float uvals[KI];
-        if (RPI == 1) {
-          load_vec<ActT, KI>(uj, uvals);  // the thread's rows are consecutive
-        } else {
-#pragma unroll
-          for (int i = 0; i < KI; ++i) uvals[i] = to_float(uj[i * RPI]);
+      // Records j < h in chunks of kFlushChunk: the warp first forms w_j u_j at its RW rows for the chunk's records
+      // ([record][row] in its slice of cx), each value once per warp instead of once per lane, then every record's
+      // products read them back; k_j comes from the ring position, advanced with j. The same fp32 operations in the
+      // same order (w_j u, then one FMA per record): the same bits.
+      float* const cx_w = reinterpret_cast<float*>(smem + sp.cx) + warp * (kFlushChunk * RW);  // this warp's slice
+      for (int j0 = 0; j0 < (KDA ? 0 : hist); j0 += kFlushChunk) {
+        const int pos0 = ring_pos(origin, j0, L);  // j0 < h < L
+        __syncwarp();  // the previous chunk's (or unit's) products are read
+        for (int e = lane; e < kFlushChunk * RW; e += 32) {
+          const int jj = e / RW, r = e - jj * RW, j = j0 + jj;
+          cx_w[e] = j < hist ? w_s[h * L + j] * to_float(ru_s[ring_pos(pos0, jj, L) * TR + warp * RW + r]) : 0.f;
         }
-        float kj[NV][VEC];
+        __syncwarp();
+        int pos = pos0;
+        for (int jj = 0; jj < kFlushChunk && j0 + jj < hist; ++jj) {
+          float kj[NV][VEC];
 #pragma unroll
-        for (int c = 0; c < NV; ++c) load_vec<ActT, VEC>(rk_s + pos * K + (c * LPR + col_lane) * VEC, kj[c]);
-        const float wj = w_s[h * L + j];
+          for (int c = 0; c < NV; ++c) load_vec<ActT, VEC>(rk_s + pos * K + (c * LPR + col_lane) * VEC, kj[c]);
+          float cu[KI];
+          if (RPI == 1) {
+            load_vec<float, KI>(cx_w + jj * RW, cu);  // the thread's rows are the warp's (seg 0)
+          } else {
 #pragma unroll
-        for (int i = 0; i < KI; ++i) {
-          const float cu = wj * uvals[i];
+            for (int i = 0; i < KI; ++i) cu[i] = cx_w[jj * RW + seg + i * RPI];
+          }
 #pragma unroll
-          for (int c = 0; c < NV; ++c)
+          for (int i = 0; i < KI; ++i)
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(cu, kj[c][e], s[i][c][e]);
+            for (int c = 0; c < NV; ++c)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(cu[i], kj[c][e], s[i][c][e]);
+          pos = pos + 1 == L ? 0 : pos + 1;
         }
       }
 #pragma unroll
