@@ -1,9 +1,10 @@
 """One decode step of each family, timed for A/B comparisons of kernel-library builds in one device run.
 
     RSSM_LIBRARY=<build>/libreplayssm.so python benchmarks/ab_step.py NAME [--batches 64,256] [--L 16]
+        [--families mamba2,gdn]
 
 Prints one line per (family, batch): our conventional step, the ReplaySSM step amortised over staggered
-cursors, and (Mamba-2) every row on the output-only route or every row flushing; the amortised step's achieved
+cursors, every row on the output-only route (history L/2) or every row flushing; the amortised step's achieved
 bandwidth (trtllm_replayssm/bench/bytes_model.py over its time) and its fraction of the copy bandwidth measured at
 the start of the run. Mamba-2: Nemotron-3-Super
 shape; GDN: Qwen3.5-122B-A10B; fp32 state, bf16 activations, CUDA graphs (trtllm_replayssm.bench.timing); the
@@ -84,10 +85,15 @@ def gdn_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     pool.ring_g.uniform_(-0.3, -0.01)
     conv = time_graph_us(lambda: gdn_conventional_decode(pool.checkpoint, shape, q, k, v, slot_idx=next(sets), **kw), n)
     pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
-    amortised = time_graph_us(lambda: gdn_replay_decode(pool, q, k, v, slot_idx=next(sets), **kw), n)
+    step = lambda: gdn_replay_decode(pool, q, k, v, slot_idx=next(sets), **kw)  # noqa: E731
+    amortised = time_graph_us(step, n)
+    hist = pool.cursor[..., CURSOR_HISTORY]
+    fill = time_graph_us(lambda: hist.fill_(L // 2), n)
+    nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), n) - fill
+    allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill
     moved = batch * gdn_replay_amortised_bytes(shape, L, 4, 2)
     return (f"{name:12s} gdn    b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}  "
-            f"{bandwidth(moved, amortised, copy_gbs)}")
+            f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}  {bandwidth(moved, amortised, copy_gbs)}")
 
 
 def main():
@@ -97,15 +103,17 @@ def main():
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--latency-route-bytes", type=int, default=None,
                     help="latency route limit (default: the config's; 0 turns the route off)")
+    ap.add_argument("--families", default="mamba2,gdn", help="which families to time (mamba2, gdn)")
     args = ap.parse_args()
+    families = set(args.families.split(","))
     dev = torch.device("cuda")
     copy_gbs = copy_bandwidth_gbs()
     print(f"{args.name:12s} copy bandwidth {copy_gbs / 1e3:.2f} TB/s", flush=True)
     for batch in (int(b) for b in args.batches.split(",")):
-        print(mamba2_line(args.name, batch, args.L, dev, copy_gbs, args.latency_route_bytes), flush=True)
-        torch.cuda.empty_cache()
-        print(gdn_line(args.name, batch, args.L, dev, copy_gbs, args.latency_route_bytes), flush=True)
-        torch.cuda.empty_cache()
+        for family, line in (("mamba2", mamba2_line), ("gdn", gdn_line)):
+            if family in families:
+                print(line(args.name, batch, args.L, dev, copy_gbs, args.latency_route_bytes), flush=True)
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

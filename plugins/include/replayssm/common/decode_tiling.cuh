@@ -131,6 +131,17 @@ inline int output_only_prefetch_batches(int fallback) {
   return v ? std::max(0, std::atoi(v)) : fallback;
 }
 
+// Whether an output-only kernel sends a warp's first batch of state rows to L2 (a bulk prefetch, no register) and
+// loads it into registers after the prologue (true), or into registers before the prologue (false). ptxas tracks the
+// first batch's register loads and the prologue's own small global loads (cursor, gates, C, B) on one scoreboard
+// (write barrier 5 in the sm_90 SASS), so with false the prologue's first use of a small load waits for the whole
+// batch of state; with true the batch is not in registers when the prologue ends. The family's launch gives the
+// fallback; RSSM_OO_FIRST_L2=0 / 1 overrides it (A/B runs).
+inline bool output_only_first_batch_l2(bool fallback) {
+  const char* v = std::getenv("RSSM_OO_FIRST_L2");
+  return v && *v ? std::atoi(v) != 0 : fallback;
+}
+
 // Halves the units per block (doubling the chunks): for a block whose per-block inputs do not fit.
 inline void halve_units(Shape& s) {
   s.units /= 2;

@@ -748,6 +748,16 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us
 // (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
+// Fp32Read: the first batch of a warp's rows via L2 (output_only_kernel's kFirstL2) when a warp has at least this
+// many batches. H200, twelfth session, one run, Super L16 amortised, first batch via L2 against registers: b256
+// 308.7 / 308.9 vs 312.4 / 311.9 us, b512 604.3 vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the
+// first batch's register loads are what hides the prologue there). RSSM_OO_FIRST_L2 overrides.
+constexpr int kFirstL2MinBatches = 4;
+template <typename Fmt>
+bool output_only_first_l2(const rssm_mamba2_decode_params& p, int hpb) {
+  const int batches = hpb * p.head_dim / Fmt::kWarps / (Fmt::kRows * Fmt::kBatch);
+  return output_only_first_batch_l2(Fmt::kFlushRows && batches >= kFirstL2MinBatches);
+}
 // nvfp4 copy: the output-only launch as a programmatic dependent of the flush-only launch before it (it starts
 // while the flush launch's last blocks run; common/dependent_launch.cuh). H200, Super b256 L16, nvfp4 amortised, two
 // passes in one run: 220.0 / 219.7 us against 223.5 / 223.5 with two plain launches (false); fp16 copies unaffected.
@@ -796,7 +806,8 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
         if (err != cudaSuccess) return err;
       }
-      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), stream,
+      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch),
+                                            output_only_first_l2<Fmt>(p, hpb), stream,
                                             /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
     }
   }

@@ -283,7 +283,9 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
   }
 }
 
-template <typename ActT, typename Fmt>
+// kFirstL2: the warp's first batch of rows goes to L2 before the prologue and into registers after it
+// (common/decode_tiling.cuh output_only_first_batch_l2), instead of into registers before it.
+template <typename ActT, typename Fmt, bool kFirstL2 = false>
 __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead) {
   constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8, kWarps = Fmt::kWarps;
@@ -348,16 +350,19 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int rpw = hpb * P / kWarps, steps = rpw / kRows;
   const int64_t warp_row0 = sh0 * P + warp * rpw;  // (slot, head0 + row / P, row % P) flattened
   const typename Fmt::Lane lane_src = Fmt::lane_base(p, warp_row0, lane);  // the lane's loads: offsets from here
+  constexpr bool first_l2 = kFirstL2;  // (then the row loop loads the first batch)
   typename Fmt::Regs regs[kBatch];
+  if constexpr (!first_l2) {
 #pragma unroll
-  for (int k = 0; k < kBatch; ++k)
-    if (k < steps) regs[k] = Fmt::load(lane_src, k);
+    for (int k = 0; k < kBatch; ++k)
+      if (k < steps) regs[k] = Fmt::load(lane_src, k);
+  }
   // The next `ahead` batches of the warp's rows (contiguous) are asked of L2 too: memory stays busy through the
   // prologue and between batches without holding registers; batch i + ahead is asked for when batch i loads.
   const auto prefetch_batch = [&](int s) {
     if (lane == 0 && s < steps) Fmt::prefetch(p, warp_row0 + s * kRows, min(kBatch, steps - s) * kRows);
   };
-  for (int a = 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
+  for (int a = first_l2 ? 0 : 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
   // The prologue's own loads (C and the current B: a thread per column; per head: the cursor (replica 0; all
   // replicas agree at the start of a step), dt, dt_bias, A, D) all go out before any of them is used
@@ -489,6 +494,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
         ++batch_head;
       }
       if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
+    }
+    if (s0 > 0 || first_l2) {
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         if (s0 + k < steps) regs[k] = Fmt::load(lane_src, s0 + k);
@@ -585,10 +592,12 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
 // after_flush_launch: the stream's previous kernel is decode.cuh's flush-only launch (Nvfp4Mma): this one is
 // launched as its programmatic dependent and starts as soon as every block of that launch has (see the kernel's
 // wait_for_primary for what waits).
+// first_l2: kFirstL2 (Fp32Read only; Nvfp4Mma keeps its first batch in registers).
 template <typename ActT, typename Fmt>
-cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, cudaStream_t stream,
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, cudaStream_t stream,
                    bool after_flush_launch = false) {
-  const auto kernel = output_only_kernel<ActT, Fmt>;
+  const auto kernel = first_l2 && Fmt::kFlushRows ? output_only_kernel<ActT, Fmt, Fmt::kFlushRows>
+                                                  : output_only_kernel<ActT, Fmt, false>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
