@@ -597,11 +597,11 @@ def test_gdn_split_route_matches_the_combined_kernel(monkeypatch, L, V, hpg, act
     assert ran_any or rounded_apart, "no proof that the output-only kernel ran (no profiler, y bit-identical)"
 
 
-@pytest.mark.parametrize("knob, value", [("RSSM_OO_HEADS", "1"), ("RSSM_OO_HEADS", "16"), ("RSSM_OO_PREFETCH", "0"),
+@pytest.mark.parametrize("knob, value", [("RSSM_OO_HEADS", "1"), ("RSSM_OO_HEADS", "16"), ("RSSM_OO_PREFETCH", "1"),
                                          ("RSSM_OO_PREFETCH", "4")])
 def test_gdn_split_route_at_other_launch_settings(monkeypatch, knob, value):
     """The same comparison at the output-only kernel's other A/B settings: one head per block, 16 (above the
-    default cap; 16 value heads per key head), no L2 prefetch and four batches ahead."""
+    default cap; 16 value heads per key head), one and four batches of rows asked of L2 ahead (the default: none)."""
     monkeypatch.setenv(knob, value)
     test_gdn_split_route_matches_the_combined_kernel(monkeypatch, 16, 128, 16, BF16, SPLIT_INPUTS[0])
 

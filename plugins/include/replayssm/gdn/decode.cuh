@@ -674,10 +674,12 @@ template <typename StateT, typename ActT, int K>
 constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
 constexpr int kOutputOnlyBlocksPerSm = 24;   // fewest blocks per multiprocessor for the split route
-// Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`). H200, one run
-// (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Qwen3.5-122B L16 amortised at b256: 369.8 / 355.6 / 359.7 / 370.2 us; b512:
-// 739.5 / 706.1 / 714.4 / 740.1 (docs/gdn_log.md).
-constexpr int kOutputOnlyPrefetch = 1;
+// Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`): none since the
+// twelfth session. H200, Qwen3.5-122B L16 amortised, RSSM_OO_PREFETCH 0 against 1 in one run, two passes: b256
+// 327.7 / 326.7 vs 331.2 / 331.0 us, b512 630.3 / 632.6 vs 635.4 / 635.3 (benchmarks/ab_session12.md). In the fifth
+// session, before the output-only prologue's rework, 1 won (0 / 1 / 2 / 3 at b256: 369.8 / 355.6 / 359.7 / 370.2 us;
+// docs/gdn_log.md).
+constexpr int kOutputOnlyPrefetch = 0;
 constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
