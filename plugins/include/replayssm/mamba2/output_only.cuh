@@ -350,9 +350,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int rpw = hpb * P / kWarps, steps = rpw / kRows;
   const int64_t warp_row0 = sh0 * P + warp * rpw;  // (slot, head0 + row / P, row % P) flattened
   const typename Fmt::Lane lane_src = Fmt::lane_base(p, warp_row0, lane);  // the lane's loads: offsets from here
-  constexpr bool first_l2 = kFirstL2;  // (then the row loop loads the first batch)
   typename Fmt::Regs regs[kBatch];
-  if constexpr (!first_l2) {
+  if constexpr (!kFirstL2) {  // (else the row loop loads the first batch)
 #pragma unroll
     for (int k = 0; k < kBatch; ++k)
       if (k < steps) regs[k] = Fmt::load(lane_src, k);
@@ -362,7 +361,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const auto prefetch_batch = [&](int s) {
     if (lane == 0 && s < steps) Fmt::prefetch(p, warp_row0 + s * kRows, min(kBatch, steps - s) * kRows);
   };
-  for (int a = first_l2 ? 0 : 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
+  for (int a = kFirstL2 ? 0 : 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
   // The prologue's own loads (C and the current B: a thread per column; per head: the cursor (replica 0; all
   // replicas agree at the start of a step), dt, dt_bias, A, D) all go out before any of them is used
@@ -495,7 +494,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       }
       if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
     }
-    if (s0 > 0 || first_l2) {
+    if (s0 > 0 || kFirstL2) {
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         if (s0 + k < steps) regs[k] = Fmt::load(lane_src, s0 + k);
