@@ -34,6 +34,17 @@ def bandwidth(nbytes, us, copy_gbs):
     return f"{tbs:4.2f} TB/s ({tbs * 1e3 / copy_gbs:4.0%} of copy)"
 
 
+def replay_steps_us(pool, step, L, n):
+    """The replay step amortised over the pool's staggered cursors, then with every row at history L/2 (non-flush)
+    and every row flushing (the cursor fill timed alone and subtracted)."""
+    amortised = time_graph_us(step, n)
+    hist = pool.cursor[..., CURSOR_HISTORY]
+    fill = time_graph_us(lambda: hist.fill_(L // 2), n)
+    nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), n) - fill
+    allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill
+    return amortised, nonflush, allflush
+
+
 def mamba2_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     shape, (H, P, N, G) = Mamba2LayerShape(128, 64, 128, 8), (128, 64, 128, 8)
     slots = pool_slots(batch, H * P * N * 4)
@@ -56,11 +67,7 @@ def mamba2_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     conv = time_graph_us(lambda: conventional_decode(pool.checkpoint, x, dt, B, C, A, slot_idx=next(sets), **kw), n)
     pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
     step = lambda: replay_decode(pool, x, dt, B, C, A, slot_idx=next(sets), **kw)  # noqa: E731
-    amortised = time_graph_us(step, n)
-    hist = pool.cursor[..., CURSOR_HISTORY]
-    fill = time_graph_us(lambda: hist.fill_(L // 2), n)
-    nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), n) - fill
-    allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill
+    amortised, nonflush, allflush = replay_steps_us(pool, step, L, n)
     moved = batch * mamba2_replay_amortised_bytes(shape, L, 4, 2)
     return (f"{name:12s} mamba2 b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}  "
             f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}  {bandwidth(moved, amortised, copy_gbs)}")
@@ -86,11 +93,7 @@ def gdn_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     conv = time_graph_us(lambda: gdn_conventional_decode(pool.checkpoint, shape, q, k, v, slot_idx=next(sets), **kw), n)
     pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
     step = lambda: gdn_replay_decode(pool, q, k, v, slot_idx=next(sets), **kw)  # noqa: E731
-    amortised = time_graph_us(step, n)
-    hist = pool.cursor[..., CURSOR_HISTORY]
-    fill = time_graph_us(lambda: hist.fill_(L // 2), n)
-    nonflush = time_graph_us(lambda: (hist.fill_(L // 2), step()), n) - fill
-    allflush = time_graph_us(lambda: (hist.fill_(L - 1), step()), n) - fill
+    amortised, nonflush, allflush = replay_steps_us(pool, step, L, n)
     moved = batch * gdn_replay_amortised_bytes(shape, L, 4, 2)
     return (f"{name:12s} gdn    b{batch:<4d} conv {conv:7.1f}  replay L{L} {amortised:7.1f}  "
             f"non-flush {nonflush:7.1f}  all-flush {allflush:7.1f}  {bandwidth(moved, amortised, copy_gbs)}")
