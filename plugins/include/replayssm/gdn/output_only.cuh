@@ -9,10 +9,10 @@
 //   flush (h = L-1):     S' = e^E S0 + sum_{j<h} (w_j u_j) k_jᵀ ;  u = beta (v - S'k) ;  S = S' + u kᵀ ;
 //                        y = S q ;  store S ;  history := 0
 // Mapping: one block per (batch row, key head, chunk of `hpb` value heads of that key head), 8 warps; a state row
-// (one of a value head's V rows of K fp32) is read by 4 lanes, lane c = lane % 4 holding the 32 columns
-// 16 m + 4 c + e (m < 8, e < 4), so that the four lanes of a row read 64 contiguous bytes per load; a warp step
-// covers 8 rows, two steps of loads are in flight, the first ones issued before the prologue (they depend on the
-// slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
+// (one of a value head's V rows of K fp32) is read by 8 lanes (thirteenth session; 4 before), lane (h, c) holding
+// the 16 columns 16 m + 4 c + e of the vectors m = h, 4 + h, 2 + h, 6 + h (e < 4), so that the eight lanes of a row
+// read its 128 contiguous bytes per load; a warp step covers 4 rows, four steps (16 rows) of loads are in flight, the
+// first ones issued before the prologue (they depend on the slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
 // cursors (replica 0), the current v; warp 7 prepares q, k; every warp then takes ring positions for k_pos·k and
 // k_pos·q (and the token's k·q); one warp per head computes the window weights; and once per row
 // pre[v] = sum_{j<h} w_j (k_j·q) u_j[v] and, per quarter c, pre_k[v][c] = sum_{j<h, j = c mod 4} w_j (k_j·k) u_j[v],
@@ -21,8 +21,9 @@
 // Same bits as the combined kernel where the recurrence is concerned. The combined kernel's fp32 K = 128 tiling
 // (Tiling<float, 128>: lane l holds columns 4 l .. 4 l + 3 of 8 rows) sums a row's dot product as FMA chains
 // over 4 columns, a butterfly over lanes l, l ^ 16, l ^ 8, l ^ 4 (reduce_scatter), then over the 4 lanes
-// l % 4 (group_sum<4>). Lane c of this mapping holds exactly the columns of that kernel's lanes 4 m + c, so it
-// forms the same chains and adds them in the same tree (tree8 below); the ring terms of S'k go to the same
+// l % 4 (group_sum<4>). Lanes (0, c) and (1, c) of this mapping hold exactly the columns of that kernel's lanes
+// 4 m + c, so they form the same chains and add them in the same tree (row_dot below: each lane the pairs of its
+// vectors, then the pair's add across the two lanes, then group_sum<4> over c); the ring terms of S'k go to the same
 // quarter (records j = c mod 4: an FMA chain from 0 in increasing j, then e^E times the quarter's dot added in one
 // FMA) before the same two shuffles. Hence:
 //   - u (so the ring u records) and a flushing row's checkpoint and y are bit-identical to the combined kernel's
@@ -95,8 +96,8 @@ __device__ __forceinline__ Row load_row(const float* row, int lane) {
 }
 
 // A 16-byte shared-memory load the compiler may neither hoist nor merge with another: the current k and q are
-// read again at every row (from shared memory, 8 vectors each per row) instead of living in 64 registers next to
-// the two warp steps of state in flight (which would spill at 2 blocks per multiprocessor).
+// read again at every row (from shared memory, 4 vectors each per row and lane) instead of living in 32 registers
+// next to the four warp steps of state in flight (which would spill at 2 blocks per multiprocessor).
 __device__ __forceinline__ float4 lds4(const float* p) {
   float4 v;
   asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -125,7 +126,7 @@ __device__ __forceinline__ float row_dot(const Row& r, const float* x_s, int lan
   return half + __shfl_xor_sync(0xffffffffu, half, 4);
 }
 
-// A flushing head's rows, K warp steps at once (the lane's rows r, r + 8, ...): S' = e^E S0 + sum_{j<h}
+// A flushing head's rows, K warp steps at once (the lane's rows r, r + 4, ...): S' = e^E S0 + sum_{j<h}
 // (w_j u_j) k_j (the k records in fp32 in shared memory; one vector read feeds 4 K FMAs: the loop is bound by
 // shared-memory reads), u = beta (v - S'k), S = S' + u k, y = S q, S stored in place (WRITES state). The same
 // fp32 operations in the same order as decode.cuh's flush route (row_dot's tree, then group_sum<4>), so the
