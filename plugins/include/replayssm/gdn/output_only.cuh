@@ -9,10 +9,10 @@
 //   flush (h = L-1):     S' = e^E S0 + sum_{j<h} (w_j u_j) k_jᵀ ;  u = beta (v - S'k) ;  S = S' + u kᵀ ;
 //                        y = S q ;  store S ;  history := 0
 // Mapping: one block per (batch row, key head, chunk of `hpb` value heads of that key head), 8 warps; a state row
-// (one of a value head's V rows of K fp32) is read by 4 lanes, lane c = lane % 4 holding the 32 columns
-// 16 m + 4 c + e (m < 8, e < 4), so that the four lanes of a row read 64 contiguous bytes per load; a warp step
-// covers 8 rows, two steps of loads are in flight, the first ones issued before the prologue (they depend on the
-// slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
+// (one of a value head's V rows of K fp32) is read by 8 lanes (thirteenth session; 4 before), lane (h, c) holding
+// the 16 columns 16 m + 4 c + e of the vectors m = h, 4 + h, 2 + h, 6 + h (e < 4), so that the eight lanes of a row
+// read its 128 contiguous bytes per load; a warp step covers 4 rows, four steps (16 rows) of loads are in flight, the
+// first ones issued before the prologue (they depend on the slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
 // cursors (replica 0), the current v; warp 7 prepares q, k; every warp then takes ring positions for k_pos·k and
 // k_pos·q (and the token's k·q); one warp per head computes the window weights; and once per row
 // pre[v] = sum_{j<h} w_j (k_j·q) u_j[v] and, per quarter c, pre_k[v][c] = sum_{j<h, j = c mod 4} w_j (k_j·k) u_j[v],
@@ -21,8 +21,9 @@
 // Same bits as the combined kernel where the recurrence is concerned. The combined kernel's fp32 K = 128 tiling
 // (Tiling<float, 128>: lane l holds columns 4 l .. 4 l + 3 of 8 rows) sums a row's dot product as FMA chains
 // over 4 columns, a butterfly over lanes l, l ^ 16, l ^ 8, l ^ 4 (reduce_scatter), then over the 4 lanes
-// l % 4 (group_sum<4>). Lane c of this mapping holds exactly the columns of that kernel's lanes 4 m + c, so it
-// forms the same chains and adds them in the same tree (tree8 below); the ring terms of S'k go to the same
+// l % 4 (group_sum<4>). Lanes (0, c) and (1, c) of this mapping hold exactly the columns of that kernel's lanes
+// 4 m + c, so they form the same chains and add them in the same tree (row_dot below: each lane the pairs of its
+// vectors, then the pair's add across the two lanes, then group_sum<4> over c); the ring terms of S'k go to the same
 // quarter (records j = c mod 4: an FMA chain from 0 in increasing j, then e^E times the quarter's dot added in one
 // FMA) before the same two shuffles. Hence:
 //   - u (so the ring u records) and a flushing row's checkpoint and y are bit-identical to the combined kernel's
@@ -76,22 +77,27 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int V, int act_byt
   return s;
 }
 
-// A lane's 32 columns of one state row (16 m + 4 c + e: vector m at float4 index 4 m + c of the row).
+// A state row is read by 8 lanes: lane (h, c) (h = lane / 4 % 2, c = lane % 4) holds the 16 columns 16 m + 4 c + e
+// of the vectors m = vec_m(h, i), i < 4 (vector m at float4 index 4 m + c of the row): h = 0 the vectors 0, 4, 2, 6
+// and h = 1 the vectors 1, 5, 3, 7, the pairs of the combined kernel's tree (row_dot).
+constexpr int kLanesPerRow = 8;
+constexpr int kStepRows = 32 / kLanesPerRow;  // rows of a warp step
+__device__ __forceinline__ int vec_m(int lane, int i) { return (i % 2) * 4 + (i / 2) * 2 + (lane / 4) % 2; }
 struct Row {
-  float4 v[8];
+  float4 v[4];  // v[i]: vector vec_m(lane, i)
 };
 
 __device__ __forceinline__ Row load_row(const float* row, int lane) {
   Row r;
   const float4* src = reinterpret_cast<const float4*>(row) + lane % 4;
 #pragma unroll
-  for (int m = 0; m < 8; ++m) r.v[m] = __ldcs(src + m * 4);
+  for (int i = 0; i < 4; ++i) r.v[i] = __ldcs(src + vec_m(lane, i) * 4);
   return r;
 }
 
 // A 16-byte shared-memory load the compiler may neither hoist nor merge with another: the current k and q are
-// read again at every row (from shared memory, 8 vectors each per row) instead of living in 64 registers next to
-// the two warp steps of state in flight (which would spill at 2 blocks per multiprocessor).
+// read again at every row (from shared memory, 4 vectors each per row and lane) instead of living in 32 registers
+// next to the four warp steps of state in flight (which would spill at 2 blocks per multiprocessor).
 __device__ __forceinline__ float4 lds4(const float* p) {
   float4 v;
   asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -101,27 +107,26 @@ __device__ __forceinline__ float4 lds4(const float* p) {
   return v;
 }
 
-// The lane's part of a row's dot product with a K-vector x (fp32 in shared memory), in the combined kernel's
+// The lane's quarter of a row's dot product with a K-vector x (fp32 in shared memory), in the combined kernel's
 // order: per vector m an FMA chain over its 4 columns from 0 (decode.cuh's lane_dot for lane 4 m + c), then the
-// tree of its reduce_scatter over lanes l ^ 16, l ^ 8, l ^ 4 (m ^ 4, m ^ 2, m ^ 1).
+// tree of its reduce_scatter over lanes l ^ 16, l ^ 8, l ^ 4 (m ^ 4, m ^ 2, m ^ 1): (p04 + p26) + (p15 + p37), lane
+// h = 0 forming p04 + p26 and h = 1 p15 + p37 (their vectors), the last add across the pair (fp32 addition
+// commutes: both lanes get the same bits).
 __device__ __forceinline__ float row_dot(const Row& r, const float* x_s, int lane) {
-  // Vectors taken in the tree's pairs (fewer partials live at once next to two warp steps of state in registers).
-  // The same sums in the same tree.
-  const auto part = [&](int m) {
-    const float4 x = lds4(x_s + 16 * m + 4 * (lane % 4));
+  const auto part = [&](int i) {
+    const float4 x = lds4(x_s + 16 * vec_m(lane, i) + 4 * (lane % 4));
     float acc = 0.f;
-    acc = fmaf(r.v[m].x, x.x, acc);
-    acc = fmaf(r.v[m].y, x.y, acc);
-    acc = fmaf(r.v[m].z, x.z, acc);
-    acc = fmaf(r.v[m].w, x.w, acc);
+    acc = fmaf(r.v[i].x, x.x, acc);
+    acc = fmaf(r.v[i].y, x.y, acc);
+    acc = fmaf(r.v[i].z, x.z, acc);
+    acc = fmaf(r.v[i].w, x.w, acc);
     return acc;
   };
-  const float p04 = part(0) + part(4), p26 = part(2) + part(6);
-  const float p15 = part(1) + part(5), p37 = part(3) + part(7);
-  return (p04 + p26) + (p15 + p37);
+  const float half = (part(0) + part(1)) + (part(2) + part(3));
+  return half + __shfl_xor_sync(0xffffffffu, half, 4);
 }
 
-// A flushing head's rows, K warp steps at once (the lane's rows r, r + 8, ...): S' = e^E S0 + sum_{j<h}
+// A flushing head's rows, K warp steps at once (the lane's rows r, r + 4, ...): S' = e^E S0 + sum_{j<h}
 // (w_j u_j) k_j (the k records in fp32 in shared memory; one vector read feeds 4 K FMAs: the loop is bound by
 // shared-memory reads), u = beta (v - S'k), S = S' + u k, y = S q, S stored in place (WRITES state). The same
 // fp32 operations in the same order as decode.cuh's flush route (row_dot's tree, then group_sum<4>), so the
@@ -138,17 +143,17 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
     const int pos = ring_pos(origin, j, L);
     float cu[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) cu[k] = w[j] * to_float(ru[pos * V + 8 * k]);
+    for (int k = 0; k < K; ++k) cu[k] = w[j] * to_float(ru[pos * V + kStepRows * k]);
     const float4* kj = reinterpret_cast<const float4*>(k32 + pos * kK) + lane % 4;
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const float4 kv = kj[m * 4];
+    for (int i = 0; i < 4; ++i) {
+      const float4 kv = kj[vec_m(lane, i) * 4];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        s[k].v[m].x = fmaf(cu[k], kv.x, s[k].v[m].x);
-        s[k].v[m].y = fmaf(cu[k], kv.y, s[k].v[m].y);
-        s[k].v[m].z = fmaf(cu[k], kv.z, s[k].v[m].z);
-        s[k].v[m].w = fmaf(cu[k], kv.w, s[k].v[m].w);
+        s[k].v[i].x = fmaf(cu[k], kv.x, s[k].v[i].x);
+        s[k].v[i].y = fmaf(cu[k], kv.y, s[k].v[i].y);
+        s[k].v[i].z = fmaf(cu[k], kv.z, s[k].v[i].z);
+        s[k].v[i].w = fmaf(cu[k], kv.w, s[k].v[i].w);
       }
     }
   }
@@ -157,27 +162,27 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const float sk = group_sum<4>(row_dot(s[k], k_s, lane));
-    const float u = beta * (to_float(v_s[8 * k]) - sk);
-    float4* const dst = reinterpret_cast<float4*>(row + 8 * k * kK) + lane % 4;
+    const float u = beta * (to_float(v_s[kStepRows * k]) - sk);
+    float4* const dst = reinterpret_cast<float4*>(row + kStepRows * k * kK) + lane % 4;
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const float4 kv = lds4(k_s + 16 * m + 4 * (lane % 4));
-      s[k].v[m].x = fmaf(u, kv.x, s[k].v[m].x);
-      s[k].v[m].y = fmaf(u, kv.y, s[k].v[m].y);
-      s[k].v[m].z = fmaf(u, kv.z, s[k].v[m].z);
-      s[k].v[m].w = fmaf(u, kv.w, s[k].v[m].w);
+    for (int i = 0; i < 4; ++i) {
+      const float4 kv = lds4(k_s + 16 * vec_m(lane, i) + 4 * (lane % 4));
+      s[k].v[i].x = fmaf(u, kv.x, s[k].v[i].x);
+      s[k].v[i].y = fmaf(u, kv.y, s[k].v[i].y);
+      s[k].v[i].z = fmaf(u, kv.z, s[k].v[i].z);
+      s[k].v[i].w = fmaf(u, kv.w, s[k].v[i].w);
     }
     const float yv = group_sum<4>(row_dot(s[k], q_s, lane));
 #pragma unroll
-    for (int m = 0; m < 8; ++m) __stcs(dst + m * 4, s[k].v[m]);  // WRITES state
-    if (lane % 4 == 0) y[8 * k] = from_float<ActT>(yv);          // WRITES y[b, head, row]
+    for (int i = 0; i < 4; ++i) __stcs(dst + vec_m(lane, i) * 4, s[k].v[i]);  // WRITES state
+    if (lane % kLanesPerRow == 0) y[kStepRows * k] = from_float<ActT>(yv);   // WRITES y[b, head, row]
   }
 }
 
 template <typename ActT>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p, const int hpb, const int ahead) {
-  constexpr int kBatch = 2;  // warp steps of loads in flight
+  constexpr int kBatch = 16 / kStepRows;  // warp steps of loads in flight (16 rows)
   const int b = blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
   const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
   const int head0 = kh * hpg + chunk * hpb, L = p.buffer_len, V = p.head_v_dim, ldg = round_up(L, 4);
@@ -224,18 +229,19 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     cp_async_commit();
   }
   // The first rows' loads go out now: they depend on the slot only.
-  const int rpw = hpb * V / kWarps, steps = rpw / 8;
+  const int rpw = hpb * V / kWarps, steps = rpw / kStepRows;
   const int64_t warp_row0 = sh0 * V + warp * rpw;  // (slot, head0 + row / V, row % V) flattened
-  float* const lane_state = static_cast<float*>(p.state) + (warp_row0 + lane / 4) * kK;  // the lane's first row
+  float* const lane_state = static_cast<float*>(p.state) + (warp_row0 + lane / kLanesPerRow) * kK;  // the lane's first row
   Row regs[kBatch];
 #pragma unroll
   for (int k = 0; k < kBatch; ++k)
-    if (k < steps) regs[k] = load_row(lane_state + k * 8 * kK, lane);
+    if (k < steps) regs[k] = load_row(lane_state + k * kStepRows * kK, lane);
   // The next `ahead` batches of the warp's rows (contiguous) are asked of L2 too: memory stays busy through the
   // prologue and between batches without holding registers; batch i + ahead is asked for when batch i loads.
   const float* const warp_state = static_cast<const float*>(p.state) + warp_row0 * kK;
   const auto prefetch_batch = [&](int s) {
-    if (lane == 0 && s < steps) prefetch_l2(warp_state + s * 8 * kK, min(kBatch, steps - s) * 8 * kK * 4);
+    if (lane == 0 && s < steps)
+      prefetch_l2(warp_state + s * kStepRows * kK, min(kBatch, steps - s) * kStepRows * kK * 4);
   };
   for (int a = 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
@@ -363,29 +369,29 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       prefetch_batch(s0 + ahead * kBatch);
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
-        if (s0 + k < steps) regs[k] = load_row(lane_state + (s0 + k) * 8 * kK, lane);
+        if (s0 + k < steps) regs[k] = load_row(lane_state + (s0 + k) * kStepRows * kK, lane);
     }
     // A batch's 16 rows lie in one head (the warp's rows and V are multiples of 16).
-    const int lrow0 = warp * rpw + s0 * 8, hh = lrow0 / V, r0 = lrow0 - hh * V + lane / 4;
+    const int lrow0 = warp * rpw + s0 * kStepRows, hh = lrow0 / V, r0 = lrow0 - hh * V + lane / kLanesPerRow;
     const int hist = s_hist[hh], origin = s_origin[hh];
     const float abar = s_abar[hh], beta = s_beta[hh];
     if (hist == L - 1) {
       flush_rows(regs, abar, beta, hist, origin, L, w_s + hh * ldg, ru_s + hh * L * V + r0, V, k32_s, kq_s,
                  v_s + hh * V + r0, y_b + hh * p.y_head_stride + r0,
-                 lane_state + s0 * 8 * kK, lane);
+                 lane_state + s0 * kStepRows * kK, lane);
       continue;
     }
     const int pos_new = ring_pos(origin, hist, L);
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      const int r = r0 + 8 * k;
+      const int r = r0 + kStepRows * k;
       // S'k in the combined kernel's order: e^E times the lane's quarter plus its ring terms (records j = c mod 4,
       // summed in the prologue) in one FMA, then the row's two shuffles; so u is the combined kernel's bit for bit.
       const float sk = group_sum<4>(fmaf(abar, row_dot(regs[k], kq_s, lane), pre_k_s[(hh * V + r) * 4 + lane % 4]));
       const float sq = group_sum<4>(row_dot(regs[k], kq_s + kK, lane));
       const float u = beta * (to_float(v_s[hh * V + r]) - sk);
       const float yv = fmaf(u, kq_cur, fmaf(abar, sq, pre_s[hh * V + r]));
-      if (lane % 4 == 0) {
+      if (lane % kLanesPerRow == 0) {
         y_b[hh * p.y_head_stride + r] = from_float<ActT>(yv);                // WRITES y[b, head, r]
         ring_u[(hh * L + pos_new) * V + r] = from_float<ActT>(u);            // WRITES ring_u[slot, head, pos, r]
       }
