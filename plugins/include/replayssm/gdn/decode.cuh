@@ -669,9 +669,9 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // the twelfth session (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs 95.5 us, b128 191.3
 // vs 178.9; benchmarks/ab_routes_nvfp4_flush.md); with 8 lanes per state row (thirteenth session) it wins at b128
 // (166.2 vs 178.4) and b64 (93.9 vs 95.0; benchmarks/ab_session13.md), so it starts at 6 too (b32, 3.9 blocks
-// per multiprocessor at the 122B shape, keeps the combined kernel). RSSM_ROUTES (read by both families' launches) and RSSM_OO_HEADS
-// force either route or the heads per block (common/decode_tiling.cuh, split_route_heads). The choice is made
-// before anything is launched.
+// per multiprocessor at the 122B shape, keeps the combined kernel). RSSM_ROUTES (read by both families' launches)
+// and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh, split_route_heads). The
+// choice is made before anything is launched.
 template <typename StateT, typename ActT, int K>
 constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block

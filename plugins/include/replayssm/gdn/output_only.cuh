@@ -12,11 +12,11 @@
 // (one of a value head's V rows of K fp32) is read by 8 lanes (thirteenth session; 4 before), lane (h, c) holding
 // the 16 columns 16 m + 4 c + e of the vectors m = h, 4 + h, 2 + h, 6 + h (e < 4), so that the eight lanes of a row
 // read its 128 contiguous bytes per load; a warp step covers 4 rows, four steps (16 rows) of loads are in flight, the
-// first ones issued before the prologue (they depend on the slot only). The prologue stages the key head's ring of k records, the heads' rings of u records and g, their
-// cursors (replica 0), the current v; warp 7 prepares q, k; every warp then takes ring positions for k_pos·k and
-// k_pos·q (and the token's k·q); one warp per head computes the window weights; and once per row
-// pre[v] = sum_{j<h} w_j (k_j·q) u_j[v] and, per quarter c, pre_k[v][c] = sum_{j<h, j = c mod 4} w_j (k_j·k) u_j[v],
-// so that the row loop reads no ring record.
+// first ones issued before the prologue (they depend on the slot only). The prologue stages the key head's ring of
+// k records, the heads' rings of u records and g, their cursors (replica 0), the current v; warp 7 prepares q, k;
+// every warp then takes ring positions for k_pos·k and k_pos·q (and the token's k·q); one warp per head computes
+// the window weights; and once per row pre[v] = sum_{j<h} w_j (k_j·q) u_j[v] and, per quarter c,
+// pre_k[v][c] = sum_{j<h, j = c mod 4} w_j (k_j·k) u_j[v], so that the row loop reads no ring record.
 //
 // Same bits as the combined kernel where the recurrence is concerned. The combined kernel's fp32 K = 128 tiling
 // (Tiling<float, 128>: lane l holds columns 4 l .. 4 l + 3 of 8 rows) sums a row's dot product as FMA chains
@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   // The first rows' loads go out now: they depend on the slot only.
   const int rpw = hpb * V / kWarps, steps = rpw / kStepRows;
   const int64_t warp_row0 = sh0 * V + warp * rpw;  // (slot, head0 + row / V, row % V) flattened
-  float* const lane_state = static_cast<float*>(p.state) + (warp_row0 + lane / kLanesPerRow) * kK;  // the lane's first row
+  // The lane's first row:
+  float* const lane_state = static_cast<float*>(p.state) + (warp_row0 + lane / kLanesPerRow) * kK;
   Row regs[kBatch];
 #pragma unroll
   for (int k = 0; k < kBatch; ++k)
