@@ -664,14 +664,14 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // can take (and 0 for the shapes it does not take). The policy was Mamba-2's fp32 one until its eighth session
 // (mamba2/decode.cuh output_only_heads, measured there on the H200: docs/mamba2_log.md; on for GDN since its route
 // was timed, fifth session): a flushing block takes about twice a reading block, so blocks of at most 8 heads,
-// taken when the launch has at least 24 of them per multiprocessor; smaller launches keep the combined kernel,
-// whose flush units are finer. Mamba-2's route starts at 6 blocks per multiprocessor. GDN's lost below b256 until
-// the twelfth session (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs 95.5 us, b128 191.3
-// vs 178.9; benchmarks/ab_routes_nvfp4_flush.md); with 8 lanes per state row (thirteenth session) it wins at b128
-// (166.2 vs 178.4) and b64 (93.9 vs 95.0; benchmarks/ab_session13.md), so it starts at 6 too (b32, 3.9 blocks
-// per multiprocessor at the 122B shape, keeps the combined kernel). RSSM_ROUTES (read by both families' launches)
-// and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh, split_route_heads). The
-// choice is made before anything is launched.
+// taken when the launch has at least kOutputOnlyBlocksPerSm of them per multiprocessor; smaller launches keep the
+// combined kernel, whose flush units are finer. Mamba-2's route starts at 6 blocks per multiprocessor. GDN's lost
+// below b256 until the twelfth session (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs
+// 95.5 us, b128 191.3 vs 178.9; benchmarks/ab_routes_nvfp4_flush.md); with 8 lanes per state row (thirteenth
+// session) it wins at b128 (165.1 vs 178.8) and b64 (93.2 vs 95.7; benchmarks/ab_session13.md section 4), so it
+// starts at 6 too (b32, 3.9 blocks per multiprocessor at the 122B shape, keeps the combined kernel). RSSM_ROUTES
+// (read by both families' launches) and RSSM_OO_HEADS force either route or the heads per block
+// (common/decode_tiling.cuh, split_route_heads). The choice is made before anything is launched.
 template <typename StateT, typename ActT, int K>
 constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 && K == output_only::kK;
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
