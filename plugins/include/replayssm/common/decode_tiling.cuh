@@ -142,6 +142,21 @@ inline bool output_only_first_batch_l2(bool fallback) {
   return v && *v ? std::atoi(v) != 0 : fallback;
 }
 
+// How many batch rows at the end of an output-only step go to a second launch in blocks of half the heads, a
+// programmatic dependent of the first that fills its tail with finer work. RSSM_OO_TAIL_ROWS overrides the
+// family's default (A/B runs).
+inline int output_only_tail_rows(int fallback) {
+  const char* v = std::getenv("RSSM_OO_TAIL_ROWS");
+  return v && *v ? std::max(0, std::atoi(v)) : fallback;
+}
+
+// The rows of an output-only step that go to the tail launch (output_only_tail_rows): at most the batch, and none
+// when a block of half the heads would not keep whole row quanta.
+inline int tail_launch_rows(int want, int batch, int hpb, int rows_per_head, int row_quantum) {
+  if (hpb % 2 || (hpb / 2 * rows_per_head) % row_quantum) return 0;
+  return std::max(0, std::min(want, batch));
+}
+
 // Halves the units per block (doubling the chunks): for a block whose per-block inputs do not fit.
 inline void halve_units(Shape& s) {
   s.units /= 2;

@@ -683,6 +683,7 @@ constexpr int kOutputOnlyBlocksPerSm = 6;    // fewest blocks per multiprocessor
 // docs/gdn_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
 constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
+constexpr int kOutputOnlyTailRows = 0;       // batch rows in the tail launch (output_only::launch)
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
                            {kOutputOnlyBlockHeads, kOutputOnlyBlocksPerSm, kOutputOnlyByDefault});
@@ -713,7 +714,8 @@ cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) 
         if (err == cudaSuccess) err = device_sms(sms);
         if (err != cudaSuccess) return err;
         const int hpb = output_only_heads(p, output_only::heads_per_block<ActT>(p, smem_per_sm), sms);
-        if (hpb > 0) return output_only::launch<ActT>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), stream);
+        if (hpb > 0) return output_only::launch<ActT>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch),
+                                                      output_only_tail_rows(kOutputOnlyTailRows), stream);
       }
       return launch_mode<StateT, ActT, K, true, false>(p, stream);
     }

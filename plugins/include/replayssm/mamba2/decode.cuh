@@ -748,6 +748,7 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us
 // (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
+constexpr int kOutputOnlyTailRows = 0;  // batch rows in the tail launch (output_only::launch)
 // Fp32Read: the first batch of a warp's rows via L2 (output_only_kernel's kFirstL2) when a warp has at least this
 // many batches. H200, twelfth session, one run, Super L16 amortised, first batch via L2 against registers: b256
 // 308.7 / 308.9 vs 312.4 / 311.9 us, b512 604.3 vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the
@@ -807,7 +808,8 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         if (err != cudaSuccess) return err;
       }
       return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch),
-                                            output_only_first_l2<Fmt>(p, hpb), stream,
+                                            output_only_first_l2<Fmt>(p, hpb),
+                                            output_only_tail_rows(kOutputOnlyTailRows), stream,
                                             /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
     }
   }

@@ -287,16 +287,19 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 // (common/decode_tiling.cuh output_only_first_batch_l2), instead of into registers before it.
 template <typename ActT, typename Fmt, bool kFirstL2 = false>
 __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
-    output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead) {
+    output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead,
+                       const int row0) {
+  if constexpr (Fmt::kFlushRows) allow_dependent_launch();  // (a tail launch, below, may start once every block has)
   constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8, kWarps = Fmt::kWarps;
   constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
-  const int b = blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
+  const int b = row0 + blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
   const int group = blockIdx.x / chunks, chunk = blockIdx.x - group * chunks;
   const int H = p.nheads, head0 = group * hpg + chunk * hpb, L = p.buffer_len, P = p.head_dim;
   const int ldt = round_up(L, 4);
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) {  // padding: touch nothing
     if (!Fmt::kFlushRows && blockIdx.x == 0 && blockIdx.y == 0) wait_for_primary();  // (see the end of the kernel)
+    if constexpr (Fmt::kFlushRows) wait_for_first_launch(row0);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -570,6 +573,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     // WRITES ring_B[slot, group, pos, :] (the activation dtype's value back from fp32: exact)
     if (threadIdx.x < kN) rB[threadIdx.x] = from_float<ActT>(s_Bcur[threadIdx.x]);
   }
+  if constexpr (Fmt::kFlushRows) wait_for_first_launch(row0);
 }
 
 // Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): d_state
@@ -593,17 +597,31 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
 // wait_for_primary for what waits).
 // first_l2: kFirstL2 (Fp32Read only; Nvfp4Mma keeps its first batch in registers).
 template <typename ActT, typename Fmt>
-cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, cudaStream_t stream,
-                   bool after_flush_launch = false) {
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, int tail_rows,
+                   cudaStream_t stream, bool after_flush_launch = false) {
   const auto kernel = first_l2 && Fmt::kFlushRows ? output_only_kernel<ActT, Fmt, Fmt::kFlushRows>
                                                   : output_only_kernel<ActT, Fmt, false>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
-  if (after_flush_launch) return launch_dependent(kernel, grid, dim3(Fmt::kWarps * 32), bytes, stream, p, hpb, ahead);
-  kernel<<<grid, Fmt::kWarps * 32, bytes, stream>>>(p, hpb, ahead);
-  return cudaGetLastError();
+  const int hpg = p.nheads / p.ngroups;
+  const dim3 block(Fmt::kWarps * 32);
+  // The tail launch (decode_tiling.cuh output_only_tail_rows) for the format that rebuilds its flushing rows only.
+  const int tail = Fmt::kFlushRows ? tail_launch_rows(tail_rows, p.batch, hpb, p.head_dim, kRowQuantum<Fmt>) : 0;
+  if (tail < p.batch) {
+    const dim3 grid(p.ngroups * (hpg / hpb), p.batch - tail);
+    if (after_flush_launch) return launch_dependent(kernel, grid, block, bytes, stream, p, hpb, ahead, 0);
+    kernel<<<grid, block, bytes, stream>>>(p, hpb, ahead, 0);
+  }
+  if (tail == 0) return cudaGetLastError();
+  const int half = hpb / 2, row0 = p.batch - tail;
+  const dim3 grid(p.ngroups * (hpg / half), tail);
+  const int half_bytes = smem_layout(p.buffer_len, half, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+  if (row0 == 0) {
+    kernel<<<grid, block, half_bytes, stream>>>(p, half, ahead, 0);
+    return cudaGetLastError();
+  }
+  return launch_dependent(kernel, grid, block, half_bytes, stream, p, half, ahead, row0);
 }
 
 }  // namespace output_only
