@@ -38,7 +38,7 @@ def policy(tmp_path_factory):
                     str(ROOT / "tests" / "host" / "route_policy.cu")], check=True, capture_output=True)
 
     def run(family, batch, nheads, rows, most, sms=SMS, **env):
-        clean = {k: v for k, v in os.environ.items() if k not in ("RSSM_ROUTES", "RSSM_OO_HEADS")}
+        clean = {k: v for k, v in os.environ.items() if k not in ("RSSM_ROUTES", "RSSM_OO_HEADS", "RSSM_OO_TAIL_ROWS")}
         clean.update(env)
         out = subprocess.run([str(exe), family, str(batch), str(nheads), str(rows), str(most), str(sms)],
                              check=True, capture_output=True, text=True, env=clean)
@@ -88,6 +88,23 @@ def test_mamba2_nvfp4_super(policy, batch, heads):
 @pytest.mark.parametrize("batch, heads", [(8, 0), (32, 0), (49, 0), (50, 4), (64, 4), (128, 4), (256, 4), (512, 4)])
 def test_gdn_qwen122b(policy, batch, heads):
     assert policy("gdn", batch, **QWEN122B) == heads
+
+
+@pytest.mark.parametrize("batch, rows", [(8, 0), (50, 16), (64, 16), (128, 16), (256, 0), (512, 0)])
+def test_gdn_qwen122b_tail_launch(policy, batch, rows):
+    """GDN's tail launch (gdn/decode.cuh output_only_tail): below 16 blocks per multiprocessor, two rounds of the
+    multiprocessors' resident blocks (2 each) in blocks of half the heads: 2 * 2 * 132 / 32 = 16 rows at the 122B
+    shape (4-head blocks, so 2-head tail blocks); none from b256 and none without the route."""
+    assert policy("gdn_tail", batch, **QWEN122B) == rows
+
+
+def test_gdn_tail_launch_limits(policy):
+    """No tail launch for 2-head blocks (Qwen3.5-4B: 2 value heads per key head; tail blocks would take 1), the
+    override read at every launch, and never more rows than the batch."""
+    assert policy("gdn_tail", 64, nheads=32, rows=128, most=2) == 0
+    assert policy("gdn_tail", 64, **QWEN122B, RSSM_OO_TAIL_ROWS="0") == 0
+    assert policy("gdn_tail", 256, **QWEN122B, RSSM_OO_TAIL_ROWS="40") == 40
+    assert policy("gdn_tail", 8, **QWEN122B, RSSM_ROUTES="split", RSSM_OO_TAIL_ROWS="100") == 8
 
 
 def test_zero_most_is_combined(policy):

@@ -748,7 +748,10 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us
 // (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
-constexpr int kOutputOnlyTailRows = 0;  // batch rows in the tail launch (output_only::launch)
+// Batch rows in the tail launch (output_only::launch; fp32 reads): none. H200, Nemotron-3-Super L16 b64, tail rows
+// 0 / 8 / 16 / 32 in one run, two passes: 91.0 / 91.5, 92.1 / 92.0, 95.0 / 94.1, 99.9 / 99.8 us (blocks of half the
+// heads cost Mamba-2's prologue more; GDN's tail launch wins there: gdn/decode.cuh, benchmarks/ab_session14.md).
+constexpr int kOutputOnlyTailRows = 0;
 // Fp32Read: the first batch of a warp's rows via L2 (output_only_kernel's kFirstL2) when a warp has at least this
 // many batches. H200, twelfth session, one run, Super L16 amortised, first batch via L2 against registers: b256
 // 308.7 / 308.9 vs 312.4 / 311.9 us, b512 604.3 vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the
