@@ -99,9 +99,12 @@ def test_gdn_qwen122b_tail_launch(policy, batch, rows):
 
 
 def test_gdn_tail_launch_limits(policy):
-    """No tail launch for 2-head blocks (Qwen3.5-4B: 2 value heads per key head; tail blocks would take 1), the
-    override read at every launch, and never more rows than the batch."""
+    """No tail launch for 2-head blocks (Qwen3.5-4B: 2 value heads per key head; tail blocks would take 1) nor
+    for more than half the batch (a small forced launch), the override read at every launch, and never more rows
+    than the batch."""
     assert policy("gdn_tail", 64, nheads=32, rows=128, most=2) == 0
+    assert policy("gdn_tail", 30, **QWEN122B, RSSM_ROUTES="split") == 0
+    assert policy("gdn_tail", 32, **QWEN122B, RSSM_ROUTES="split") == 16
     assert policy("gdn_tail", 64, **QWEN122B, RSSM_OO_TAIL_ROWS="0") == 0
     assert policy("gdn_tail", 256, **QWEN122B, RSSM_OO_TAIL_ROWS="40") == 40
     assert policy("gdn_tail", 8, **QWEN122B, RSSM_ROUTES="split", RSSM_OO_TAIL_ROWS="100") == 8
