@@ -1,8 +1,8 @@
 // Prints the replay step's route choice (heads per output-only block, 0: the combined kernel) for one launch, from
 // the library's own host policy (mamba2/decode.cuh and gdn/decode.cuh output_only_heads). Host code only: built
 // and run by tests/test_route_policy.py on machines with nvcc, GPU or not.
-// gdn_tail prints the rows of GDN's tail launch instead (gdn/decode.cuh output_only_tail; 0 without the route).
-// Usage: route_policy mamba2|mamba2_nvfp4|gdn|gdn_tail BATCH NHEADS ROWS_PER_HEAD MOST_HEADS_PER_BLOCK SMS
+// gdn_tail / mamba2_tail print the rows of the tail launch instead (output_only_tail; 0 without the route).
+// Usage: route_policy mamba2|mamba2_nvfp4|mamba2_tail|gdn|gdn_tail BATCH NHEADS ROWS_PER_HEAD MOST_HEADS_PER_BLOCK SMS
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +12,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 7) {
-    std::fprintf(stderr, "usage: %s mamba2|mamba2_nvfp4|gdn|gdn_tail batch nheads rows_per_head most sms\n", argv[0]);
+    std::fprintf(stderr, "usage: %s mamba2|mamba2_nvfp4|mamba2_tail|gdn|gdn_tail batch nheads rows_per_head most sms\n", argv[0]);
     return 2;
   }
   const char* family = argv[1];
@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
     p.nheads = nheads;
     p.head_dim = rows;
     namespace oo = replayssm::mamba2::output_only;
-    heads = !std::strcmp(family, "mamba2") ? replayssm::mamba2::output_only_heads<oo::Fp32Read>(p, most, sms)
+    const bool tail = !std::strcmp(family, "mamba2_tail");
+    heads = !std::strcmp(family, "mamba2") || tail ? replayssm::mamba2::output_only_heads<oo::Fp32Read>(p, most, sms)
             : !std::strcmp(family, "mamba2_nvfp4") ? replayssm::mamba2::output_only_heads<oo::Nvfp4Mma>(p, most, sms)
                                                    : -1;
+    if (tail) heads = heads > 0 ? replayssm::mamba2::output_only_tail<oo::Fp32Read>(p, heads, sms) : 0;
   }
   if (heads < 0) {
     std::fprintf(stderr, "unknown family %s\n", family);

@@ -693,11 +693,8 @@ constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBl
 constexpr int kOutputOnlyTailBelowBlocksPerSm = 16;
 constexpr int kOutputOnlyTailRounds = 2;
 inline int output_only_tail(const rssm_gdn_decode_params& p, int hpb, int sms) {
-  int rows = 0;
-  if (hpb >= 4 && p.batch * static_cast<long long>(p.num_v_heads / hpb) < kOutputOnlyTailBelowBlocksPerSm * sms)
-    rows = kOutputOnlyTailRounds * output_only::kBlocksPerSm * sms / (2 * p.num_v_heads / hpb);
-  if (2 * rows > p.batch) rows = 0;  // (at most half the rows: small forced launches keep one launch)
-  return tail_launch_rows(output_only_tail_rows(rows), p.batch, hpb, p.head_v_dim, output_only::kRowQuantum);
+  return tail_rows_by_policy(p.batch, p.num_v_heads, hpb, p.head_v_dim, output_only::kRowQuantum, sms,
+                             {4, kOutputOnlyTailBelowBlocksPerSm, kOutputOnlyTailRounds, output_only::kBlocksPerSm});
 }
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
