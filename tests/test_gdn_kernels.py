@@ -598,10 +598,13 @@ def test_gdn_split_route_matches_the_combined_kernel(monkeypatch, L, V, hpg, act
 
 
 @pytest.mark.parametrize("knob, value", [("RSSM_OO_HEADS", "1"), ("RSSM_OO_HEADS", "16"), ("RSSM_OO_PREFETCH", "1"),
-                                         ("RSSM_OO_PREFETCH", "4")])
+                                         ("RSSM_OO_PREFETCH", "4"), ("RSSM_OO_TAIL_ROWS", "3"),
+                                         ("RSSM_OO_TAIL_ROWS", "7")])
 def test_gdn_split_route_at_other_launch_settings(monkeypatch, knob, value):
     """The same comparison at the output-only kernel's other A/B settings: one head per block, 16 (above the
-    default cap; 16 value heads per key head), one and four batches of rows asked of L2 ahead (the default: none)."""
+    default cap; 16 value heads per key head), one and four batches of rows asked of L2 ahead (the default: none),
+    the last 3 of the 7 rows in a tail launch of 4-head blocks (a programmatic dependent of the first launch), and
+    all 7 rows in 4-head blocks (one launch)."""
     monkeypatch.setenv(knob, value)
     test_gdn_split_route_matches_the_combined_kernel(monkeypatch, 16, 128, 16, BF16, SPLIT_INPUTS[0])
 

@@ -327,12 +327,14 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
 
 @pytest.mark.parametrize("knob, value", [("RSSM_OO_HEADS", "2"), ("RSSM_OO_HEADS", "8"), ("RSSM_OO_HEADS", "16"),
                                          ("RSSM_OO_PREFETCH", "3"), ("RSSM_OO_FIRST_L2", "1"),
-                                         ("RSSM_OO_FIRST_L2", "0")])
+                                         ("RSSM_OO_FIRST_L2", "0"), ("RSSM_OO_TAIL_ROWS", "3"),
+                                         ("RSSM_OO_TAIL_ROWS", "7")])
 def test_split_routes_at_other_launch_settings(monkeypatch, knob, value):
     """The same comparison at the output-only kernel's other A/B settings: 2 heads per block (the fewest at
     P = 64), 8 (the default cap, which small forced launches halve to 4), 16 (above the cap), an L2 prefetch of
-    three batches of rows ahead, and the warp's first batch of rows loaded after the prologue through L2 (1) or
-    before it into registers (0), whatever the batches per warp."""
+    three batches of rows ahead, the warp's first batch of rows loaded after the prologue through L2 (1) or
+    before it into registers (0), whatever the batches per warp, and the last 3 of the 7 rows in a tail launch of
+    blocks of half the heads (fp32 reads: a programmatic dependent of the first launch) or all 7 there."""
     monkeypatch.setenv(knob, value)
     test_split_routes_match_the_combined_kernel(monkeypatch, "none", BF16, 8, 64, 16)
 

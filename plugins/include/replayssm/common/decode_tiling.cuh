@@ -142,6 +142,37 @@ inline bool output_only_first_batch_l2(bool fallback) {
   return v && *v ? std::atoi(v) != 0 : fallback;
 }
 
+// How many batch rows at the end of an output-only step go to a second launch in blocks of half the heads, a
+// programmatic dependent of the first that fills its tail with finer work. RSSM_OO_TAIL_ROWS overrides the
+// family's default (A/B runs).
+inline int output_only_tail_rows(int fallback) {
+  const char* v = std::getenv("RSSM_OO_TAIL_ROWS");
+  return v && *v ? std::max(0, std::atoi(v)) : fallback;
+}
+
+// The rows of an output-only step that go to the tail launch (output_only_tail_rows): at most the batch, and none
+// when a block of half the heads would not keep whole row quanta.
+inline int tail_launch_rows(int want, int batch, int hpb, int rows_per_head, int row_quantum) {
+  if (hpb % 2 || (hpb / 2 * rows_per_head) % row_quantum) return 0;
+  return std::max(0, std::min(want, batch));
+}
+
+// The tail launch's rows by a family's policy: a launch of fewer than below_blocks_per_sm blocks per
+// multiprocessor whose blocks take at least min_heads heads sends `rounds` rounds of the multiprocessors' resident
+// blocks (resident_per_sm each) of half the heads to the tail launch, when that is at most half the batch (small
+// forced launches keep one launch); then the override (output_only_tail_rows) and tail_launch_rows' limits.
+struct TailPolicy {
+  int min_heads, below_blocks_per_sm, rounds, resident_per_sm;
+};
+inline int tail_rows_by_policy(int batch, int nheads, int hpb, int rows_per_head, int row_quantum, int sms,
+                               const TailPolicy& t) {
+  int rows = 0;
+  if (hpb >= t.min_heads && static_cast<long long>(batch) * (nheads / hpb) < static_cast<long long>(t.below_blocks_per_sm) * sms)
+    rows = t.rounds * t.resident_per_sm * sms / (2 * nheads / hpb);
+  if (2 * rows > batch) rows = 0;
+  return tail_launch_rows(output_only_tail_rows(rows), batch, hpb, rows_per_head, row_quantum);
+}
+
 // Halves the units per block (doubling the chunks): for a block whose per-block inputs do not fit.
 inline void halve_units(Shape& s) {
   s.units /= 2;

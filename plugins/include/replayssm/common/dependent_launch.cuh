@@ -23,6 +23,14 @@ __device__ __forceinline__ void wait_for_primary() {
 #endif
 }
 
+// The rows of an output-only step from `row0` on may run in a tail launch of finer blocks, a programmatic dependent
+// of the launch of the rows before it (decode_tiling.cuh output_only_tail_rows; the two touch disjoint slots). Its
+// last block waits for that first launch before it ends, so that the tail launch never ends before the first one
+// (what the stream runs next then finds both done); a first launch (row0 0) waits for nothing.
+__device__ __forceinline__ void wait_for_first_launch(int row0) {
+  if (row0 > 0 && blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1) wait_for_primary();
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's previous
 // kernel (cudaLaunchAttributeProgrammaticStreamSerialization); CUDA graph capture records it as a programmatic edge.
 template <typename... Params, typename... Args>

@@ -38,6 +38,7 @@
 
 #include "replayssm/common/async_copy.cuh"
 #include "replayssm/common/decode_tiling.cuh"
+#include "replayssm/common/dependent_launch.cuh"
 #include "replayssm/common/math.cuh"
 #include "replayssm/gdn/gates.cuh"
 #include "replayssm/gdn/params.h"
@@ -181,13 +182,18 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
 
 template <typename ActT>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
-    output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p, const int hpb, const int ahead) {
+    output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p, const int hpb, const int ahead,
+                       const int row0) {
+  allow_dependent_launch();  // (a tail launch, below, may start once every block of this one has)
   constexpr int kBatch = 16 / kStepRows;  // warp steps of loads in flight (16 rows)
-  const int b = blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
+  const int b = row0 + blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
   const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
   const int head0 = kh * hpg + chunk * hpb, L = p.buffer_len, V = p.head_v_dim, ldg = round_up(L, 4);
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
-  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) {  // padding: touch nothing
+    wait_for_first_launch(row0);
+    return;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ __align__(16) char smem[];
@@ -411,6 +417,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     ActT* rk = static_cast<ActT*>(p.ring_k) + (sk0 * L + ring_pos(s_origin[0], s_hist[0], L)) * kK;
     for (int n = threadIdx.x; n < kK; n += blockDim.x) rk[n] = from_float<ActT>(kq_s[n]);  // WRITES ring_k
   }
+  wait_for_first_launch(row0);
 }
 
 // Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): replay,
@@ -432,14 +439,24 @@ inline int heads_per_block(const rssm_gdn_decode_params& p, int smem_per_sm) {
 }
 
 template <typename ActT>
-cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, int ahead, cudaStream_t stream) {
+cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, int ahead, int tail_rows, cudaStream_t stream) {
   const auto kernel = output_only_kernel<ActT>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(p.num_k_heads * (p.num_v_heads / p.num_k_heads / hpb), p.batch);
-  kernel<<<grid, kWarps * 32, bytes, stream>>>(p, hpb, ahead);
-  return cudaGetLastError();
+  const int hpg = p.num_v_heads / p.num_k_heads;
+  const int tail = tail_launch_rows(tail_rows, p.batch, hpb, p.head_v_dim, kRowQuantum);
+  if (tail < p.batch) kernel<<<dim3(p.num_k_heads * (hpg / hpb), p.batch - tail), kWarps * 32, bytes, stream>>>(
+      p, hpb, ahead, 0);
+  if (tail == 0) return cudaGetLastError();
+  const int half = hpb / 2, row0 = p.batch - tail;
+  const dim3 grid(p.num_k_heads * (hpg / half), tail);
+  const int half_bytes = smem_layout(p.buffer_len, half, p.head_v_dim, sizeof(ActT)).bytes;
+  if (row0 == 0) {
+    kernel<<<grid, kWarps * 32, half_bytes, stream>>>(p, half, ahead, 0);
+    return cudaGetLastError();
+  }
+  return launch_dependent(kernel, grid, dim3(kWarps * 32), half_bytes, stream, p, half, ahead, row0);
 }
 
 }  // namespace output_only

@@ -735,8 +735,9 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // take. Measured on the H200 (docs/mamba2_log.md, benchmarks/routes_ab.md):
 //   - fp32 checkpoint: one launch, flushing rows rebuilt in it. A flushing block takes ~2x a reading block, so the
 //     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), 4 while 8 would give
-//     fewer than 12 blocks per multiprocessor, taken from 6 blocks per multiprocessor up (Super shape: 4 heads at
-//     b32 / b64, 8 from b128); smaller batches keep the combined kernel, whose flush units are finer. Eighth
+//     fewer than 6 blocks per multiprocessor (12 until the fourteenth session, which added the tail launch below),
+//     taken from 6 blocks per multiprocessor up (Super shape: 4 heads at b32 / b48, 8 from b50, with a tail launch
+//     to b128); smaller batches keep the combined kernel, whose flush units are finer. Eighth
 //     session, one run, Super L16 amortised, split with 8 / 4 heads against the combined kernel: b32 60.0 / 53.2
 //     vs 56.2 us, b64 97.6 / 93.3 vs 98.9, b128 170.2 / 173.0 vs 181.5; b256 with 8 / 4 / 16 heads 315.2 / 333.6
 //     / 351.6 (docs/mamba2_log.md). Until then the route started at 24 blocks per multiprocessor (b >= 256).
@@ -767,8 +768,15 @@ constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
                               (std::is_same_v<CopyT, nvfp4x2> || (std::is_void_v<CopyT> && std::is_same_v<StateT, float>));
 constexpr int kFlushBlockHeads = 8;         // fp32: most heads per block
 constexpr int kFlushBlockMinHeads = 4;      // fp32: fewest heads per block (small launches)
-constexpr int kFlushFillBlocksPerSm = 12;   // fp32: heads per block halved while the launch has fewer per SM
+constexpr int kFlushFillBlocksPerSm = 6;    // fp32: heads per block halved while the launch has fewer per SM
 constexpr int kFlushBlocksPerSm = 6;        // fp32: fewest blocks per multiprocessor for the split
+// fp32: the tail launch (output_only::launch) for blocks of 8 heads below 16 blocks per multiprocessor, two rounds
+// of resident blocks in blocks of 4 heads (Super: 16 rows from b50 to b128; 4-head blocks keep one launch: tail
+// blocks of 2 heads cost Mamba-2's prologue too much). H200, Super L16 b64, one run: 4-head blocks (the policy
+// until the fourteenth session, which halved 8 heads below 12 blocks per multiprocessor) 90.6 us; 8-head blocks
+// with 16 / 32 tail rows 88.0 / 89.3; 4-head blocks with 8 / 16 / 32 tail rows of 2-head blocks 92.1 / 95.0 / 99.9
+// against 91.0 (benchmarks/ab_session14.md).
+constexpr TailPolicy kFlushTail{8, 16, 2, output_only::kBlocksPerSm<output_only::Fp32Read>};
 template <typename Fmt>
 int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
   const SplitRoutePolicy policy =
@@ -776,6 +784,13 @@ int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
                                          kFlushFillBlocksPerSm}
                       : SplitRoutePolicy{output_only::kMaxHeads, 2, true};
   return split_route_heads(hpb, p.head_dim, output_only::kRowQuantum<Fmt>, p.batch, p.nheads, sms, policy);
+}
+
+// The rows of the step's tail launch (fp32 reads only; output_only::launch).
+template <typename Fmt>
+int output_only_tail(const rssm_mamba2_decode_params& p, int hpb, int sms) {
+  if constexpr (!Fmt::kFlushRows) return 0;
+  return tail_rows_by_policy(p.batch, p.nheads, hpb, p.head_dim, output_only::kRowQuantum<Fmt>, sms, kFlushTail);
 }
 
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
@@ -807,7 +822,8 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         if (err != cudaSuccess) return err;
       }
       return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch),
-                                            output_only_first_l2<Fmt>(p, hpb), stream,
+                                            output_only_first_l2<Fmt>(p, hpb),
+                                            output_only_tail<Fmt>(p, hpb, sms), stream,
                                             /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
     }
   }

@@ -12,10 +12,10 @@
 //         pre[r] = D x[r] + sum_pos coef_pos x_pos[r]   (coef_pos = w_j (B_j·C) by ring position, 0 outside)
 //         gate[r] = silu(z[r])
 //     and writes the current x into its ring record (coalesced, once per head).
-//   - Each warp then streams its rows of the read tile: y[r] = (abar (S0·C)[r] + pre[r]) gate[r], four lanes
-//     per row and two shuffles. The first rows' loads are issued before the prologue (they depend on the slot
+//   - Each warp then streams its rows of the read tile: y[r] = (abar (S0·C)[r] + pre[r]) gate[r], the lanes of
+//     a row (Fmt::kLanesPerRow: 8 for Fp32Read, 4 for Nvfp4Mma) summing their partials with shuffles. The first rows' loads are issued before the prologue (they depend on the slot
 //     only), so the prologue's latency hides behind them.
-//   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 32
+//   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 16
 //     columns (the group's B records widened to fp32 in shared memory once per block), stored in place, then
 //     y = S·C + D x, gated. The same fp32 operations in the same order as decode.cuh's flush route, so the
 //     checkpoint is bit-identical to the combined kernel's; each block owns its heads' cursors, so both routes
@@ -24,8 +24,9 @@
 //     (history + 1, or 0 for a flush head): the flush launch leaves the cursor alone so that both launches see
 //     the same history.
 // Read formats (Fmt):
-//   - Fp32Read: the fp32 checkpoint; a lane's 32 columns are 16 q + 4 cl + e (q < 8, e < 4), so that the four
-//     lanes of a row read 64 contiguous bytes per load instruction.
+//   - Fp32Read: the fp32 checkpoint; 8 lanes per row (thirteenth session; 4 before, as GDN's output-only kernel),
+//     lane (h, cl) holding the 16 columns 16 m + 4 cl + e of the vectors m = 2 q + h (q < 4, e < 4), so that the
+//     eight lanes of a row read 128 contiguous bytes per load instruction.
 //   - Nvfp4Mma: the nvfp4 read copy on the tensor cores (mma.m16n8k16, codes widened to fp16; described below).
 // Same results as the combined kernel's output-only rows up to the order of fp32 sums; same writes.
 #pragma once
@@ -82,39 +83,43 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   return s;
 }
 
-// ---- Read formats. A warp step covers kRows rows (8: one row per lane; 16: the MMA tile, rows g and
-// g + 8 of lane (g, c)); the four lanes of a row are lane % 4 in both, so a row's partials sum with two shuffles.
+// ---- Read formats. A warp step covers kRows rows (4: 8 lanes per row; 16: the MMA tile, rows g and g + 8 of lane
+// (g, c), 4 lanes per row), kRowsPerLane of them per lane (row lane / kLanesPerRow + (kRows / kRowsPerLane) i); a
+// row's kLanesPerRow lanes are consecutive, so its partials sum with log2(kLanesPerRow) shuffles (row_sum).
 // lane_base() takes the warp's first row (a global row index: (slot, head, row) flattened) and load() a warp step
 // from it; dot() gives the lane's partial dots (for nvfp4 with the group scale applied; `gs` points at the step's
 // first row's group scale).
 
 struct Fp32Read {
-  static constexpr int kRows = 8, kBatch = 2;
+  static constexpr int kLanesPerRow = 8, kRows = 32 / kLanesPerRow, kRowsPerLane = 1, kBatch = 16 / kRows;
   static constexpr int kWarps = 8;
   static constexpr bool kFlushRows = true;  // flushing heads' rows are rebuilt here
+  // Lane (h, cl) = (lane / 4 % 2, lane % 4) of a row holds vector m = 2 q + h (float4 index 4 m + cl of the row) as
+  // v[q]: vector q of the lane is float4 index 8 q + lane % 8.
   struct Regs {
-    float4 v[8];
+    float4 v[4];
   };
   struct Ctx {
-    float C[32];
+    float C[16];
   };
   __device__ static Ctx context(const float* C_s, int lane) {
     Ctx c;
 #pragma unroll
-    for (int k = 0; k < 32; ++k) c.C[k] = C_s[(k / 4) * 16 + (lane % 4) * 4 + k % 4];
+    for (int k = 0; k < 16; ++k) c.C[k] = C_s[(k / 4) * 32 + (lane % 8) * 4 + k % 4];
     return c;
   }
   struct Lane {
     const float4* src;  // the lane's first vector of its first row
   };
   __device__ static Lane lane_base(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
-    return {reinterpret_cast<const float4*>(static_cast<const float*>(p.state) + (row0 + lane / 4) * kN) + lane % 4};
+    return {reinterpret_cast<const float4*>(static_cast<const float*>(p.state) + (row0 + lane / kLanesPerRow) * kN) +
+            lane % kLanesPerRow};
   }
   __device__ static Regs load(const Lane& l, int step) {
     Regs r;
     const float4* src = l.src + step * (kRows * kN / 4);
 #pragma unroll
-    for (int q = 0; q < 8; ++q) r.v[q] = __ldcs(src + q * 4);
+    for (int q = 0; q < 4; ++q) r.v[q] = __ldcs(src + q * 8);
     return r;
   }
   // L2 prefetch of `rows` consecutive rows from row0 (see the kernel's `ahead`).
@@ -124,7 +129,7 @@ struct Fp32Read {
   __device__ static void dot(const Regs& r, const Ctx& c, int, const float*, float (&part)[1]) {
     float d = 0.f;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < 4; ++q) {
       d = fmaf(r.v[q].x, c.C[4 * q], d);
       d = fmaf(r.v[q].y, c.C[4 * q + 1], d);
       d = fmaf(r.v[q].z, c.C[4 * q + 2], d);
@@ -153,7 +158,7 @@ struct Fp32Read {
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
 struct Nvfp4Mma {
-  static constexpr int kRows = 16, kBatch = 4;
+  static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
   // by the codes, and smaller blocks overlap more prologues. H200, one run, Super b256 L16: 137.1 us against 158.5
   // with eight warps (fp32 reads: 289.5 against 287.0, so they keep eight; benchmarks/ab_block_warps.md).
@@ -245,8 +250,8 @@ struct Nvfp4Mma {
   }
 };
 
-// A flushing head's rows in Fp32Read's mapping, K warp steps at once (the lane's rows r, r + 8, ...; its columns
-// 16 q + 4 (lane % 4) + e): S = abar S0, then for every record j of the full window (history L - 1: records
+// A flushing head's rows in Fp32Read's mapping, K warp steps at once (the lane's rows r, r + 4, ...; its columns
+// 32 q + 4 (lane % 8) + e): S = abar S0, then for every record j of the full window (history L - 1: records
 // 0 .. L - 1, the current token last) S += (w_j x_j) B_j, then S stored in place (WRITES state). The same fp32
 // operations in the same order as decode.cuh's flush route. A B vector read from shared memory serves the K rows
 // (the loop is bound by shared-memory reads). rx: the first row's x records by ring position (stride P; the
@@ -261,11 +266,11 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
     const int pos = ring_pos(origin, j, L);
     float cx[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) cx[k] = w[j] * to_float(rx[pos * P + 8 * k]);
-    const float4* Bj = reinterpret_cast<const float4*>(B32 + (j == L - 1 ? L : pos) * kN) + lane % 4;
+    for (int k = 0; k < K; ++k) cx[k] = w[j] * to_float(rx[pos * P + Fp32Read::kRows * k]);
+    const float4* Bj = reinterpret_cast<const float4*>(B32 + (j == L - 1 ? L : pos) * kN) + lane % 8;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float4 b = Bj[q * 4];
+    for (int q = 0; q < 4; ++q) {
+      const float4 b = Bj[q * 8];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         s[k].v[q].x = fmaf(cx[k], b.x, s[k].v[q].x);
@@ -277,9 +282,9 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
   }
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    float4* const dst = reinterpret_cast<float4*>(row + 8 * k * kN) + lane % 4;
+    float4* const dst = reinterpret_cast<float4*>(row + Fp32Read::kRows * k * kN) + lane % 8;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) __stcs(dst + q * 4, s[k].v[q]);
+    for (int q = 0; q < 4; ++q) __stcs(dst + q * 8, s[k].v[q]);
   }
 }
 
@@ -287,16 +292,26 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 // (common/decode_tiling.cuh output_only_first_batch_l2), instead of into registers before it.
 template <typename ActT, typename Fmt, bool kFirstL2 = false>
 __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
-    output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead) {
-  constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = kRows / 8, kWarps = Fmt::kWarps;
+    output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead,
+                       const int row0) {
+  if constexpr (Fmt::kFlushRows) allow_dependent_launch();  // (a tail launch, below, may start once every block has)
+  constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = Fmt::kRowsPerLane, kWarps = Fmt::kWarps;
+  constexpr int kLanesPerRow = Fmt::kLanesPerRow;
+  // A row's sum over its lanes (every lane of the row gets it).
+  const auto row_sum = [](float v) {
+#pragma unroll
+    for (int off = 1; off < kLanesPerRow; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+  };
   constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
-  const int b = blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
+  const int b = row0 + blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
   const int group = blockIdx.x / chunks, chunk = blockIdx.x - group * chunks;
   const int H = p.nheads, head0 = group * hpg + chunk * hpb, L = p.buffer_len, P = p.head_dim;
   const int ldt = round_up(L, 4);
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) {  // padding: touch nothing
     if (!Fmt::kFlushRows && blockIdx.x == 0 && blockIdx.y == 0) wait_for_primary();  // (see the end of the kernel)
+    if constexpr (Fmt::kFlushRows) wait_for_first_launch(row0);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -453,7 +468,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   __syncthreads();
   // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z). With
   // nvfp4 a lane takes 4 consecutive rows of a head (P is a multiple of 4): one 8-byte read per ring record, each
-  // row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds two warp steps of
+  // row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds a batch (16 rows) of
   // fp32 state in registers through this loop, and 4 rows spill). Each warp its own rows, the only ones it reads
   // below (flushing or not): a warp barrier, not a block barrier.
   constexpr int kPreRows = kNvfp4 ? 4 : 1;
@@ -479,7 +494,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     store_vec<float, kPreRows>(gate_s + lrow, gate);
   }
   __syncwarp();
-  typename Fmt::Ctx ctx = Fmt::context(C_s, lane);  // (Fp32Read: C in 32 registers; reloaded after a flush, below)
+  typename Fmt::Ctx ctx = Fmt::context(C_s, lane);  // (Fp32Read: C in 16 registers; reloaded after a flush, below)
 
   // The head of a batch's first row and its row in the head, advanced per batch (no division in the loop). A batch
   // (kBatch * kRows <= 64 rows, P >= 64) crosses at most one head boundary, and only between steps.
@@ -504,10 +519,10 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       // multiple of 16 (kRowQuantum) and so is P, so they lie in one head).
       const int lrow0 = warp * rpw + s0 * kRows, hh = batch_head;
       if (s_hist[hh] == L - 1) {
-        const int r0 = lrow0 - hh * P + lane / 4;
+        const int r0 = lrow0 - hh * P + lane / kLanesPerRow;
         flush_rows(regs, s_abar[hh], s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r0, P, B32_s,
-                   static_cast<float*>(p.state) + (warp_row0 + s0 * kRows + lane / 4) * kN, lane);
-        // C again from shared memory: ctx is dead through the rebuild above, so its 32 registers are free there
+                   static_cast<float*>(p.state) + (warp_row0 + s0 * kRows + lane / kLanesPerRow) * kN, lane);
+        // C again from shared memory: ctx is dead through the rebuild above, so its 16 registers are free there
         // (with them held, ptxas gave the loop one register quad for the 8 B vectors of a record, each read
         // waited for before its FMAs).
         ctx = Fmt::context(C_s, lane);
@@ -515,11 +530,9 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
         for (int k = 0; k < kBatch; ++k) {
           float part[1];
           Fmt::dot(regs[k], ctx, lane, nullptr, part);
-          float v = part[0];
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          const float v = row_sum(part[0]);
           const int r = r0 + k * kRows;
-          if (lane % 4 == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
+          if (lane % kLanesPerRow == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
             y_b[hh * p.y_head_stride + r] =
                 from_float<ActT>(fmaf(s_D[hh], to_float(x_s[hh * P + r]), v) * gate_s[hh * P + r]);
         }
@@ -537,11 +550,9 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / kNvfp4Rows, part);
 #pragma unroll
       for (int i = 0; i < RPL; ++i) {
-        float v = part[i];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        const int lrow = lrow0 + lane / 4 + 8 * i, r = lrow - hh * P;
-        if (lane % 4 == 0)  // WRITES y[b, head, r]
+        const float v = row_sum(part[i]);
+        const int lrow = lrow0 + lane / kLanesPerRow + (kRows / RPL) * i, r = lrow - hh * P;
+        if (lane % kLanesPerRow == 0)  // WRITES y[b, head, r]
           y_b[hh * p.y_head_stride + r] = from_float<ActT>(fmaf(abar, v, pre_s[lrow]) * gate_s[lrow]);
       }
     }
@@ -570,6 +581,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     // WRITES ring_B[slot, group, pos, :] (the activation dtype's value back from fp32: exact)
     if (threadIdx.x < kN) rB[threadIdx.x] = from_float<ActT>(s_Bcur[threadIdx.x]);
   }
+  if constexpr (Fmt::kFlushRows) wait_for_first_launch(row0);
 }
 
 // Heads per block for this step, or 0 when the route does not take it (the combined kernel then does): d_state
@@ -593,17 +605,31 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
 // wait_for_primary for what waits).
 // first_l2: kFirstL2 (Fp32Read only; Nvfp4Mma keeps its first batch in registers).
 template <typename ActT, typename Fmt>
-cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, cudaStream_t stream,
-                   bool after_flush_launch = false) {
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, int tail_rows,
+                   cudaStream_t stream, bool after_flush_launch = false) {
   const auto kernel = first_l2 && Fmt::kFlushRows ? output_only_kernel<ActT, Fmt, Fmt::kFlushRows>
                                                   : output_only_kernel<ActT, Fmt, false>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(p.ngroups * (p.nheads / p.ngroups / hpb), p.batch);
-  if (after_flush_launch) return launch_dependent(kernel, grid, dim3(Fmt::kWarps * 32), bytes, stream, p, hpb, ahead);
-  kernel<<<grid, Fmt::kWarps * 32, bytes, stream>>>(p, hpb, ahead);
-  return cudaGetLastError();
+  const int hpg = p.nheads / p.ngroups;
+  const dim3 block(Fmt::kWarps * 32);
+  // The tail launch (decode_tiling.cuh output_only_tail_rows) for the format that rebuilds its flushing rows only.
+  const int tail = Fmt::kFlushRows ? tail_launch_rows(tail_rows, p.batch, hpb, p.head_dim, kRowQuantum<Fmt>) : 0;
+  if (tail < p.batch) {
+    const dim3 grid(p.ngroups * (hpg / hpb), p.batch - tail);
+    if (after_flush_launch) return launch_dependent(kernel, grid, block, bytes, stream, p, hpb, ahead, 0);
+    kernel<<<grid, block, bytes, stream>>>(p, hpb, ahead, 0);
+  }
+  if (tail == 0) return cudaGetLastError();
+  const int half = hpb / 2, row0 = p.batch - tail;
+  const dim3 grid(p.ngroups * (hpg / half), tail);
+  const int half_bytes = smem_layout(p.buffer_len, half, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+  if (row0 == 0) {
+    kernel<<<grid, block, half_bytes, stream>>>(p, half, ahead, 0);
+    return cudaGetLastError();
+  }
+  return launch_dependent(kernel, grid, block, half_bytes, stream, p, half, ahead, row0);
 }
 
 }  // namespace output_only
