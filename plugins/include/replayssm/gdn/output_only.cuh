@@ -446,9 +446,11 @@ cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, int ahead, int tail
   if (err != cudaSuccess) return err;
   const int hpg = p.num_v_heads / p.num_k_heads;
   const int tail = tail_launch_rows(tail_rows, p.batch, hpb, p.head_v_dim, kRowQuantum);
-  if (tail < p.batch) kernel<<<dim3(p.num_k_heads * (hpg / hpb), p.batch - tail), kWarps * 32, bytes, stream>>>(
-      p, hpb, ahead, 0);
-  if (tail == 0) return cudaGetLastError();
+  if (tail < p.batch) {
+    kernel<<<dim3(p.num_k_heads * (hpg / hpb), p.batch - tail), kWarps * 32, bytes, stream>>>(p, hpb, ahead, 0);
+    err = cudaGetLastError();
+    if (err != cudaSuccess || tail == 0) return err;
+  }
   const int half = hpb / 2, row0 = p.batch - tail;
   const dim3 grid(p.num_k_heads * (hpg / half), tail);
   const int half_bytes = smem_layout(p.buffer_len, half, p.head_v_dim, sizeof(ActT)).bytes;

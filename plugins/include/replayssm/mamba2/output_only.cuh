@@ -620,8 +620,9 @@ cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool 
     const dim3 grid(p.ngroups * (hpg / hpb), p.batch - tail);
     if (after_flush_launch) return launch_dependent(kernel, grid, block, bytes, stream, p, hpb, ahead, 0);
     kernel<<<grid, block, bytes, stream>>>(p, hpb, ahead, 0);
+    err = cudaGetLastError();
+    if (err != cudaSuccess || tail == 0) return err;
   }
-  if (tail == 0) return cudaGetLastError();
   const int half = hpb / 2, row0 = p.batch - tail;
   const dim3 grid(p.ngroups * (hpg / half), tail);
   const int half_bytes = smem_layout(p.buffer_len, half, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
