@@ -750,14 +750,20 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // (docs/mamba2_log.md).
 constexpr int kOutputOnlyPrefetch = 0;
 // Fp32Read: the first batch of a warp's rows via L2 (output_only_kernel's kFirstL2) when a warp has at least this
-// many batches. H200, twelfth session, one run, Super L16 amortised, first batch via L2 against registers: b256
-// 308.7 / 308.9 vs 312.4 / 311.9 us, b512 604.3 vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the
-// first batch's register loads are what hides the prologue there). RSSM_OO_FIRST_L2 overrides.
+// many batches and the launch at least kFirstL2MinBlocksPerSm blocks per multiprocessor. H200, twelfth session, one
+// run, Super L16 amortised, first batch via L2 against registers: b256 308.7 / 308.9 vs 312.4 / 311.9 us, b512 604.3
+// vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the first batch's register loads are what hides the
+// prologue there). Fourteenth session (8 lanes per row; b64 in 8-head blocks, 4 batches per warp, with a tail
+// launch), one run: b64 85.0 in registers against 87.0 / 86.6 via L2 (non-flush 74.5 against 79.5; all-flush 171.5
+// against 166.0), so a launch in the tail launch's range (below 16 blocks per multiprocessor) keeps the first batch
+// in registers. RSSM_OO_FIRST_L2 overrides.
 constexpr int kFirstL2MinBatches = 4;
+constexpr int kFirstL2MinBlocksPerSm = 16;
 template <typename Fmt>
-bool output_only_first_l2(const rssm_mamba2_decode_params& p, int hpb) {
+bool output_only_first_l2(const rssm_mamba2_decode_params& p, int hpb, int sms) {
   const int batches = hpb * p.head_dim / Fmt::kWarps / (Fmt::kRows * Fmt::kBatch);
-  return output_only_first_batch_l2(Fmt::kFlushRows && batches >= kFirstL2MinBatches);
+  const bool big = static_cast<long long>(p.batch) * (p.nheads / hpb) >= static_cast<long long>(kFirstL2MinBlocksPerSm) * sms;
+  return output_only_first_batch_l2(Fmt::kFlushRows && batches >= kFirstL2MinBatches && big);
 }
 // nvfp4 copy: the output-only launch as a programmatic dependent of the flush-only launch before it (it starts
 // while the flush launch's last blocks run; common/dependent_launch.cuh). H200, Super b256 L16, nvfp4 amortised, two
@@ -822,7 +828,7 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         if (err != cudaSuccess) return err;
       }
       return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch),
-                                            output_only_first_l2<Fmt>(p, hpb),
+                                            output_only_first_l2<Fmt>(p, hpb, sms),
                                             output_only_tail<Fmt>(p, hpb, sms), stream,
                                             /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
     }
