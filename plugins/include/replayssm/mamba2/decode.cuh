@@ -755,10 +755,11 @@ constexpr int kOutputOnlyPrefetch = 0;
 // vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the first batch's register loads are what hides the
 // prologue there). Fourteenth session (8 lanes per row; b64 in 8-head blocks, 4 batches per warp, with a tail
 // launch), one run: b64 85.0 in registers against 87.0 / 86.6 via L2 (non-flush 74.5 against 79.5; all-flush 171.5
-// against 166.0), so a launch in the tail launch's range (below 16 blocks per multiprocessor) keeps the first batch
-// in registers. RSSM_OO_FIRST_L2 overrides.
+// against 166.0); b128 (15.5 blocks per multiprocessor) 160.4 in registers against 159.8 via L2, b256 309.0 against
+// 307.9. So a launch below 12 blocks per multiprocessor (Super: b50 to b96) keeps the first batch in registers.
+// RSSM_OO_FIRST_L2 overrides.
 constexpr int kFirstL2MinBatches = 4;
-constexpr int kFirstL2MinBlocksPerSm = 16;
+constexpr int kFirstL2MinBlocksPerSm = 12;
 template <typename Fmt>
 bool output_only_first_l2(const rssm_mamba2_decode_params& p, int hpb, int sms) {
   const int batches = hpb * p.head_dim / Fmt::kWarps / (Fmt::kRows * Fmt::kBatch);
