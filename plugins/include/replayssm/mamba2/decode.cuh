@@ -737,7 +737,7 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 //     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), 4 while 8 would give
 //     fewer than 6 blocks per multiprocessor (12 until the fourteenth session, which added the tail launch below),
 //     taken from 6 blocks per multiprocessor up (Super shape: 4 heads at b32 / b48, 8 from b50, with a tail launch
-//     to b128); smaller batches keep the combined kernel, whose flush units are finer. Eighth
+//     to b131); smaller batches keep the combined kernel, whose flush units are finer. Eighth
 //     session, one run, Super L16 amortised, split with 8 / 4 heads against the combined kernel: b32 60.0 / 53.2
 //     vs 56.2 us, b64 97.6 / 93.3 vs 98.9, b128 170.2 / 173.0 vs 181.5; b256 with 8 / 4 / 16 heads 315.2 / 333.6
 //     / 351.6 (docs/mamba2_log.md). Until then the route started at 24 blocks per multiprocessor (b >= 256).
@@ -756,7 +756,7 @@ constexpr int kOutputOnlyPrefetch = 0;
 // prologue there). Fourteenth session (8 lanes per row; b64 in 8-head blocks, 4 batches per warp, with a tail
 // launch), one run: b64 85.0 in registers against 87.0 / 86.6 via L2 (non-flush 74.5 against 79.5; all-flush 171.5
 // against 166.0); b128 (15.5 blocks per multiprocessor) 160.4 in registers against 159.8 via L2, b256 309.0 against
-// 307.9. So a launch below 12 blocks per multiprocessor (Super: b50 to b96) keeps the first batch in registers.
+// 307.9. So a launch below 12 blocks per multiprocessor (Super: b50 to b98) keeps the first batch in registers.
 // RSSM_OO_FIRST_L2 overrides.
 constexpr int kFirstL2MinBatches = 4;
 constexpr int kFirstL2MinBlocksPerSm = 12;
@@ -778,7 +778,7 @@ constexpr int kFlushBlockMinHeads = 4;      // fp32: fewest heads per block (sma
 constexpr int kFlushFillBlocksPerSm = 6;    // fp32: heads per block halved while the launch has fewer per SM
 constexpr int kFlushBlocksPerSm = 6;        // fp32: fewest blocks per multiprocessor for the split
 // fp32: the tail launch (output_only::launch) for blocks of 8 heads below 16 blocks per multiprocessor, two rounds
-// of resident blocks in blocks of 4 heads (Super: 16 rows from b50 to b128; 4-head blocks keep one launch: tail
+// of resident blocks in blocks of 4 heads (Super: 16 rows from b50 to b131; 4-head blocks keep one launch: tail
 // blocks of 2 heads cost Mamba-2's prologue too much). H200, Super L16 b64, one run: 4-head blocks (the policy
 // until the fourteenth session, which halved 8 heads below 12 blocks per multiprocessor) 90.6 us; 8-head blocks
 // with 16 / 32 tail rows 88.0 / 89.3; 4-head blocks with 8 / 16 / 32 tail rows of 2-head blocks 92.1 / 95.0 / 99.9
