@@ -609,6 +609,15 @@ def test_gdn_split_route_at_other_launch_settings(monkeypatch, knob, value):
     test_gdn_split_route_matches_the_combined_kernel(monkeypatch, 16, 128, 16, BF16, SPLIT_INPUTS[0])
 
 
+@pytest.mark.parametrize("heads", ["4", "2"])
+def test_gdn_split_route_tail_launch(monkeypatch, heads):
+    """The tail launch (the last 3 of the 7 rows) behind 4-head blocks (2-head tail blocks: the default at
+    b50-b131 on Qwen3.5-122B) and 2-head blocks (1-head tail blocks)."""
+    monkeypatch.setenv("RSSM_OO_TAIL_ROWS", "3")
+    monkeypatch.setenv("RSSM_OO_HEADS", heads)
+    test_gdn_split_route_matches_the_combined_kernel(monkeypatch, 16, 128, 16, BF16, SPLIT_INPUTS[0])
+
+
 def test_gdn_split_route_with_every_row_flushing(monkeypatch):
     """300 rows, every one flushing in the same step (every block of the output-only kernel rebuilds all its
     heads), then a step of reading rows; raw q, k and gates. Every pool buffer bit-identical to the combined

@@ -339,6 +339,20 @@ def test_split_routes_at_other_launch_settings(monkeypatch, knob, value):
     test_split_routes_match_the_combined_kernel(monkeypatch, "none", BF16, 8, 64, 16)
 
 
+@pytest.mark.parametrize("read_format, heads, first_l2", [("none", "8", "1"), ("none", "8", "0"), ("none", "4", "1"),
+                                                         ("nvfp4", "16", "")])
+def test_split_routes_tail_launch(monkeypatch, read_format, heads, first_l2):
+    """The tail launch (the last 3 of the 7 rows) behind the block sizes it follows in use: 8 heads (4-head tail
+    blocks: the default at b50-b131 on Super) and 4 heads (2-head tail blocks), with the first batch of a warp's rows
+    via L2 (1) or in registers (0) in the first launch (the tail launch's own choice follows its batches per warp);
+    with an nvfp4 copy the knob is ignored (one output-only launch after the flush-only launch)."""
+    monkeypatch.setenv("RSSM_OO_TAIL_ROWS", "3")
+    monkeypatch.setenv("RSSM_OO_HEADS", heads)
+    if first_l2:
+        monkeypatch.setenv("RSSM_OO_FIRST_L2", first_l2)
+    test_split_routes_match_the_combined_kernel(monkeypatch, read_format, BF16, 8, 64, 16)
+
+
 @pytest.mark.parametrize("read_format", ["none", "nvfp4"])
 def test_split_routes_with_every_row_flushing(monkeypatch, read_format):
     """300 rows, every one flushing in the same step, then a step of output-only rows: fp32, every block of the

@@ -183,8 +183,8 @@ __device__ __forceinline__ void flush_rows(Row (&s)[K], float abar, float beta, 
 template <typename ActT>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     output_only_kernel(const __grid_constant__ rssm_gdn_decode_params p, const int hpb, const int ahead,
-                       const int row0) {
-  allow_dependent_launch();  // (a tail launch, below, may start once every block of this one has)
+                       const int row0, const int tail_follows) {
+  if (tail_follows) allow_dependent_launch();  // (the tail launch may start once every block of this one has)
   constexpr int kBatch = 16 / kStepRows;  // warp steps of loads in flight (16 rows)
   const int b = row0 + blockIdx.y, HV = p.num_v_heads, hpg = HV / p.num_k_heads, chunks = hpg / hpb;
   const int kh = blockIdx.x / chunks, chunk = blockIdx.x - kh * chunks;
@@ -442,23 +442,14 @@ template <typename ActT>
 cudaError_t launch(const rssm_gdn_decode_params& p, int hpb, int ahead, int tail_rows, cudaStream_t stream) {
   const auto kernel = output_only_kernel<ActT>;
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_v_dim, sizeof(ActT)).bytes;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const int hpg = p.num_v_heads / p.num_k_heads;
+  const auto shape = [&](int h) {
+    return RowsLaunchShape{p.num_k_heads * (hpg / h), smem_layout(p.buffer_len, h, p.head_v_dim, sizeof(ActT)).bytes};
+  };
   const int tail = tail_launch_rows(tail_rows, p.batch, hpb, p.head_v_dim, kRowQuantum);
-  if (tail < p.batch) {
-    kernel<<<dim3(p.num_k_heads * (hpg / hpb), p.batch - tail), kWarps * 32, bytes, stream>>>(p, hpb, ahead, 0);
-    err = cudaGetLastError();
-    if (err != cudaSuccess || tail == 0) return err;
-  }
-  const int half = hpb / 2, row0 = p.batch - tail;
-  const dim3 grid(p.num_k_heads * (hpg / half), tail);
-  const int half_bytes = smem_layout(p.buffer_len, half, p.head_v_dim, sizeof(ActT)).bytes;
-  if (row0 == 0) {
-    kernel<<<grid, kWarps * 32, half_bytes, stream>>>(p, half, ahead, 0);
-    return cudaGetLastError();
-  }
-  return launch_dependent(kernel, grid, dim3(kWarps * 32), half_bytes, stream, p, half, ahead, row0);
+  return launch_rows_with_tail(kernel, kernel, p, p.batch, hpb, ahead, tail, dim3(kWarps * 32), shape, stream);
 }
 
 }  // namespace output_only

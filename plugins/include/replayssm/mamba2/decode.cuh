@@ -828,9 +828,12 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
         err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
         if (err != cudaSuccess) return err;
       }
-      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch),
-                                            output_only_first_l2<Fmt>(p, hpb, sms),
-                                            output_only_tail<Fmt>(p, hpb, sms), stream,
+      // The tail launch's blocks (half the heads, so half the batches per warp) decide their first batch's way
+      // by their own batches per warp, and take L2 only where the first launch does.
+      const bool first_l2 = output_only_first_l2<Fmt>(p, hpb, sms);
+      const bool first_l2_tail = first_l2 && hpb >= 2 && output_only_first_l2<Fmt>(p, hpb / 2, sms);
+      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), first_l2,
+                                            first_l2_tail, output_only_tail<Fmt>(p, hpb, sms), stream,
                                             /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
     }
   }

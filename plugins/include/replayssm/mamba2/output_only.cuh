@@ -293,8 +293,8 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 template <typename ActT, typename Fmt, bool kFirstL2 = false>
 __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     output_only_kernel(const __grid_constant__ rssm_mamba2_decode_params p, const int hpb, const int ahead,
-                       const int row0) {
-  if constexpr (Fmt::kFlushRows) allow_dependent_launch();  // (a tail launch, below, may start once every block has)
+                       const int row0, const int tail_follows) {
+  if (tail_follows) allow_dependent_launch();  // (the tail launch may start once every block of this one has)
   constexpr int kRows = Fmt::kRows, kBatch = Fmt::kBatch, RPL = Fmt::kRowsPerLane, kWarps = Fmt::kWarps;
   constexpr int kLanesPerRow = Fmt::kLanesPerRow;
   // A row's sum over its lanes (every lane of the row gets it).
@@ -605,32 +605,27 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
 // wait_for_primary for what waits).
 // first_l2: kFirstL2 (Fp32Read only; Nvfp4Mma keeps its first batch in registers).
 template <typename ActT, typename Fmt>
-cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, int tail_rows,
-                   cudaStream_t stream, bool after_flush_launch = false) {
-  const auto kernel = first_l2 && Fmt::kFlushRows ? output_only_kernel<ActT, Fmt, Fmt::kFlushRows>
-                                                  : output_only_kernel<ActT, Fmt, false>;
+cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool first_l2, bool first_l2_tail,
+                   int tail_rows, cudaStream_t stream, bool after_flush_launch = false) {
+  const auto variant = [](bool l2) {
+    return l2 && Fmt::kFlushRows ? output_only_kernel<ActT, Fmt, Fmt::kFlushRows>
+                                 : output_only_kernel<ActT, Fmt, false>;
+  };
+  const auto kernel = variant(first_l2), tail_kernel = variant(first_l2_tail);
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess && tail_kernel != kernel)
+    err = cudaFuncSetAttribute(tail_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const int hpg = p.nheads / p.ngroups;
-  const dim3 block(Fmt::kWarps * 32);
+  const auto shape = [&](int h) {
+    const int smem = smem_layout(p.buffer_len, h, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+    return RowsLaunchShape{p.ngroups * (hpg / h), smem};
+  };
   // The tail launch (decode_tiling.cuh output_only_tail_rows) for the format that rebuilds its flushing rows only.
   const int tail = Fmt::kFlushRows ? tail_launch_rows(tail_rows, p.batch, hpb, p.head_dim, kRowQuantum<Fmt>) : 0;
-  if (tail < p.batch) {
-    const dim3 grid(p.ngroups * (hpg / hpb), p.batch - tail);
-    if (after_flush_launch) return launch_dependent(kernel, grid, block, bytes, stream, p, hpb, ahead, 0);
-    kernel<<<grid, block, bytes, stream>>>(p, hpb, ahead, 0);
-    err = cudaGetLastError();
-    if (err != cudaSuccess || tail == 0) return err;
-  }
-  const int half = hpb / 2, row0 = p.batch - tail;
-  const dim3 grid(p.ngroups * (hpg / half), tail);
-  const int half_bytes = smem_layout(p.buffer_len, half, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
-  if (row0 == 0) {
-    kernel<<<grid, block, half_bytes, stream>>>(p, half, ahead, 0);
-    return cudaGetLastError();
-  }
-  return launch_dependent(kernel, grid, block, half_bytes, stream, p, half, ahead, row0);
+  return launch_rows_with_tail(kernel, tail_kernel, p, p.batch, hpb, ahead, tail, dim3(Fmt::kWarps * 32), shape, stream,
+                               after_flush_launch);
 }
 
 }  // namespace output_only
