@@ -4,6 +4,9 @@ Mamba-2: the Super shape; --family gdn: Qwen3.5-122B-A10B. --read-format fp16 / 
 ReplaySSM step reads a copy in that format (fp32 checkpoint). Every row sits at --history records (non-flush), or with
 --stagger (Mamba-2) slot s at s mod L: one row in L flushes, as in the amortised step (nvfp4: the flush-only launch
 of decode_kernel, then the output-only kernel).
+--fla VK/BV8/w1/s3 (GDN): also fla-core's fused_recurrent kernel (bench_gdn.py's direct launch, its state on a
+contiguous [batch, HV, V, K] (VK) or [batch, HV, K, V] (KV) window; the wheel from --fla-wheel), for a side-by-side
+profile with our conventional kernel.
 """
 
 import argparse
@@ -16,6 +19,28 @@ from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 from trtllm_replayssm.quant import quantize_state
+
+
+def fla_steps(batch, cfg, wheel, dev):
+    """fla-core's kernel three times at cfg ("VK/BV8/w1/s3"), as bench_gdn.py launches it (final state in place)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_gdn import fla_kernel_step, load_fla_fused_recurrent
+    fr, _ = load_fla_fused_recurrent(Path(wheel))
+    layout, bv, warps, stages = cfg.split("/")
+    H, HV, K, V = 16, 64, 128, 128
+    state = torch.randn(batch, HV, V, K, device=dev)
+    if layout == "KV":
+        state = state.view(batch, HV, K, V)
+    q4 = torch.nn.functional.normalize(torch.randn(batch, 1, H, K, device=dev), dim=-1).bfloat16()
+    k4 = torch.nn.functional.normalize(torch.randn(batch, 1, H, K, device=dev), dim=-1).bfloat16()
+    v4 = torch.randn(batch, 1, HV, V, device=dev).bfloat16()
+    g3, b3 = -torch.rand(batch, 1, HV, device=dev) * 0.5, torch.rand(batch, 1, HV, device=dev)
+    run = fla_kernel_step(fr, [state], q4, k4, v4, g3, b3, torch.empty_like(v4), layout == "VK", int(bv[2:]),
+                          int(warps[1:]), int(stages[1:]))
+    for _ in range(3):
+        run()
 
 
 def gdn_steps(batch, L, history, dev):
@@ -44,11 +69,15 @@ def main():
     ap.add_argument("--history", type=int, default=8)
     ap.add_argument("--read-format", default="none")
     ap.add_argument("--family", choices=("mamba2", "gdn"), default="mamba2")
+    ap.add_argument("--fla", default=None, help="GDN: also fla-core's kernel at this configuration, e.g. VK/BV8/w1/s3")
+    ap.add_argument("--fla-wheel", default=".cache/wheels/fla_core-0.6.0-py3-none-any.whl")
     ap.add_argument("--stagger", action="store_true",
                     help="Mamba-2: slot s at history s mod L (one row in L flushes: the amortised step's mix)")
     args = ap.parse_args()
     if args.family == "gdn":
         gdn_steps(args.batch, args.L, args.history, torch.device("cuda"))
+        if args.fla:
+            fla_steps(args.batch, args.fla, args.fla_wheel, torch.device("cuda"))
         torch.cuda.synchronize()
         return
     shape = Mamba2LayerShape(128, 64, 128, 8)
