@@ -31,14 +31,20 @@
 namespace replayssm {
 namespace gdn {
 
+// Warps per block: the latency route's blocks have four (a cursor replica per block, below); the conventional step's
+// have one, bounded to 64 registers (32 resident warps per multiprocessor, each with one tile of RW rows in flight),
+// so that a multiprocessor's slot takes the next tile as soon as its warp is done. H200, fifteenth session, one run,
+// Qwen3.5-122B (benchmarks/ab_session15.md section 3): b256 526.8 / 525.7 us against 531.4 / 530.0 with blocks of
+// four warps holding two tiles each (116 registers, 16 resident warps), b512 1047.8 / 1049.1 against 1056.8 /
+// 1056.1, b1 4.4 against 4.6; four or two one-tile warps per block (also 64 registers) lose 1.5 % at b256.
 constexpr int kConventionalWarpsPerBlock = 4;
-// Tiles per warp of the conventional step (fp32 state, K = 128): a warp's loads of both tiles go out together,
-// behind one slot-index load, then the tiles are computed and stored in turn. The latency route and the other
-// tilings keep one. (A/B candidate against one tile per warp; fla-core's one-warp programs read no slot index.)
-// A head's V / 8 tiles (V in 64, 128, 256: validation) divide into pairs.
-constexpr int kConventionalTilesPerWarp = 2;
-template <typename StateT, int K, bool kReplay>
-constexpr int kTilesPerWarp = !kReplay && std::is_same_v<StateT, float> && K == 128 ? kConventionalTilesPerWarp : 1;
+constexpr int kConventionalStepWarpsPerBlock = 1;
+constexpr int kConventionalStepMinBlocksPerSm = 32;
+template <bool kReplay>
+constexpr int kWarpsPerBlock = kReplay ? kConventionalWarpsPerBlock : kConventionalStepWarpsPerBlock;
+// (K = 256 spills at 64 registers: no bound there.)
+template <bool kReplay, int K>
+constexpr int kMinBlocksPerSm = !kReplay && K <= 128 ? kConventionalStepMinBlocksPerSm : 0;
 
 // The latency route's limit: a head's fp32 tiles (V K / 1024 of them) in blocks of four, each block owning a
 // cursor replica.
@@ -71,18 +77,17 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
 }
 
 template <typename StateT, typename ActT, int K, bool kReplay>
-__global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<kReplay, K>)
     conventional_warp_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
   using Tl = Tiling<StateT, K>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int SHARE = Tl::SHARE;
-  __shared__ float s_urow[kConventionalWarpsPerBlock][RW];  // u of each row of a warp
+  __shared__ float s_urow[kWarpsPerBlock<kReplay>][RW];  // u of each row of a warp
 
-  constexpr int T = kTilesPerWarp<StateT, K, kReplay>;
   const int HV = p.num_v_heads, V = p.head_v_dim, tiles = V / RW;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int unit = blockIdx.x * kConventionalWarpsPerBlock + warp;  // (value head, T tiles from `tile`) of this warp
-  const int hv = unit / (tiles / T), tile = (unit - hv * (tiles / T)) * T;
+  const int unit = blockIdx.x * kWarpsPerBlock<kReplay> + warp;  // (value head, tile) of this warp
+  const int hv = unit / tiles, tile = unit - hv * tiles;
   const int b = blockIdx.y;
   if (hv >= HV) return;
   const int slot = p.slot_idx ? p.slot_idx[b] : b;
@@ -102,18 +107,16 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     origin_word = cur[rep * RSSM_CURSOR_FIELDS + RSSM_CURSOR_ORIGIN];
   }
 
-  // This thread's vectors of the warp's tiles: vector (i, c) of tile t at row (tile + t) * RW + i * RPI + seg,
-  // columns (c * LPR + col_lane) * VEC .. + VEC - 1.
+  // This thread's vectors of the warp's tile: vector (i, c) at row tile * RW + i * RPI + seg, columns
+  // (c * LPR + col_lane) * VEC .. + VEC - 1.
   StateT* const st = static_cast<StateT*>(p.state) +
                      ((static_cast<int64_t>(slot) * HV + hv) * V + tile * RW + seg) * K + col_lane * VEC;
-  auto vec_off = [](int t, int i, int c) { return t * RW * K + i * RPI * K + c * LPR * VEC; };
-  float s[T][KI][NV][VEC];
+  auto vec_off = [](int i, int c) { return i * RPI * K + c * LPR * VEC; };
+  float s[KI][NV][VEC];
 #pragma unroll
-  for (int t = 0; t < T; ++t)
+  for (int i = 0; i < KI; ++i)
 #pragma unroll
-    for (int i = 0; i < KI; ++i)
-#pragma unroll
-      for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(st + vec_off(t, i, c), s[t][i][c]);
+    for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(st + vec_off(i, c), s[i][c]);
 
   const ActT* kg = static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride;
   const ActT* qg = static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride;
@@ -124,11 +127,8 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
   }
   const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of a tile this lane finishes
-  float v_row[T];
-#pragma unroll
-  for (int t = 0; t < T; ++t)
-    v_row[t] = to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride +
-                                                      (tile + t) * RW + my_row]);
+  const float v_row =
+      to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + tile * RW + my_row]);
   HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
   if constexpr (!kReplay) {
     gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
       // Every warp of the block has read the replica before warp 0 rewrites it. A block whose replica holds no
       // record writes nothing and skips the barrier.
       __syncthreads();
-      fold_records<ActT, K>(p, s[0], slot, hv, kh, tile * RW + seg, hist, wrap_origin(origin_word, L), g, lane);
+      fold_records<ActT, K>(p, s, slot, hv, kh, tile * RW + seg, hist, wrap_origin(origin_word, L), g, lane);
       abar = 1.f;  // the current token's decay is in S'
       // WRITES history 0 into the replicas this block owns (no other block of this launch reads them)
       if (warp == 0 && lane == 0)
@@ -170,55 +170,50 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   };
   const int q = lane % SHARE;
 
+  // S' = e^g S;  u = beta (v - S'k)
+  float part[KI];
 #pragma unroll
-  for (int t = 0; t < T; ++t) {
-    float (&st_t)[KI][NV][VEC] = s[t];
-    if (t > 0) __syncwarp();  // every lane has read the last tile's u rows before they are overwritten
-    // S' = e^g S;  u = beta (v - S'k)
-    float part[KI];
+  for (int i = 0; i < KI; ++i) {
 #pragma unroll
-    for (int i = 0; i < KI; ++i) {
+    for (int c = 0; c < NV; ++c)
 #pragma unroll
-      for (int c = 0; c < NV; ++c)
+      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
+    part[i] = lane_dot(s[i], Kc);
+  }
+  const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
+  const float uv = beta * (v_row - sk);
+  // Every lane of a row needs its u: through shared memory, within the warp.
+  if (q == 0) s_urow[warp][my_row] = uv;
+  __syncwarp();
+  // S = S' + u kᵀ;  y = S q;  store S
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) st_t[i][c][e] *= abar;
-      part[i] = lane_dot(st_t[i], Kc);
-    }
-    const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-    const float uv = beta * (v_row[t] - sk);
-    // Every lane of a row needs its u: through shared memory, within the warp.
-    if (q == 0) s_urow[warp][my_row] = uv;
-    __syncwarp();
-    // S = S' + u kᵀ;  y = S q;  store S
+  for (int i = 0; i < KI; ++i) {
+    const float ui = s_urow[warp][i * RPI + seg];
 #pragma unroll
-    for (int i = 0; i < KI; ++i) {
-      const float ui = s_urow[warp][i * RPI + seg];
+    for (int c = 0; c < NV; ++c)
 #pragma unroll
-      for (int c = 0; c < NV; ++c)
+      for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(ui, Kc[c][e], s[i][c][e]);
+    part[i] = lane_dot(s[i], Qc);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) st_t[i][c][e] = fmaf(ui, Kc[c][e], st_t[i][c][e]);
-      part[i] = lane_dot(st_t[i], Qc);
-#pragma unroll
-      for (int c = 0; c < NV; ++c)
-        store_stream(st + vec_off(t, i, c), pack<StateT, VEC>(st_t[i][c]));  // WRITES state
-    }
-    const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-    if (q == 0) {
-      ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride;
-      yg[(tile + t) * RW + my_row] = from_float<ActT>(yv);  // WRITES y[b, hv, row]
-    }
+    for (int c = 0; c < NV; ++c) store_stream(st + vec_off(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
+  }
+  const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
+  if (q == 0) {
+    ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride;
+    yg[tile * RW + my_row] = from_float<ActT>(yv);  // WRITES y[b, hv, row]
   }
 }
 
-// Host launch of the conventional step (params already validated): one warp per (value head, kTilesPerWarp tiles
-// of RW rows), kConventionalWarpsPerBlock warps per block, one grid row per batch row. kReplay: the latency route over
+// Host launch of the conventional step (params already validated): one warp per (value head, tile of RW rows),
+// kWarpsPerBlock warps per block, one grid row per batch row. kReplay: the latency route over
 // a ReplaySSM pool (fp32 checkpoint, scalar decay; see the header comment).
 template <typename StateT, typename ActT, int K, bool kReplay = false>
 cudaError_t launch_conventional_warp(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   using Tl = Tiling<StateT, K>;
-  const int units = p.num_v_heads * (p.head_v_dim / Tl::RW / kTilesPerWarp<StateT, K, kReplay>);
-  const dim3 grid((units + kConventionalWarpsPerBlock - 1) / kConventionalWarpsPerBlock, p.batch);
-  conventional_warp_kernel<StateT, ActT, K, kReplay><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
+  constexpr int W = kWarpsPerBlock<kReplay>;
+  const int units = p.num_v_heads * (p.head_v_dim / Tl::RW);
+  const dim3 grid((units + W - 1) / W, p.batch);
+  conventional_warp_kernel<StateT, ActT, K, kReplay><<<grid, W * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
