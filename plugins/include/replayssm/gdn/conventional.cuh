@@ -84,19 +84,44 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   constexpr int SHARE = Tl::SHARE;
   __shared__ float s_urow[kWarpsPerBlock<kReplay>][RW];  // u of each row of a warp
 
+  // The slot index goes out first, and everything that does not depend on it while it is in flight: the warp's
+  // head and tile, the key head (integer divisions), the inputs' addresses and loads (k, q, v and the gates; a
+  // padding row reads its inputs too, reads only). Then the padding check, and the loads that need the slot: the
+  // cursor's words and the state. (With the slot's load waited for first, the H200 build ran ~120 dependent
+  // instructions of address arithmetic between it and the state loads.) Every load is issued before any branch on
+  // a loaded value but the padding check (issue_loads_here, as mamba2/conventional.cuh).
+  const int b = blockIdx.y;
+  const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
+  issue_loads_here();
   const int HV = p.num_v_heads, V = p.head_v_dim, tiles = V / RW;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int unit = blockIdx.x * kWarpsPerBlock<kReplay> + warp;  // (value head, tile) of this warp
   const int hv = unit / tiles, tile = unit - hv * tiles;
-  const int b = blockIdx.y;
   if (hv >= HV) return;
-  const int slot = p.slot_idx ? p.slot_idx[b] : b;
-  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch nothing
   const int kh = hv / (HV / p.num_k_heads);
   const int seg = lane / LPR, col_lane = lane % LPR;
+  const ActT* kg = static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride;
+  const ActT* qg = static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride;
+  float Kc[NV][VEC], Qc[NV][VEC];
+#pragma unroll
+  for (int c = 0; c < NV; ++c) {
+    load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
+    load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
+  }
+  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of a tile this lane finishes
+  const float v_row =
+      to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + tile * RW + my_row]);
+  HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
+  if constexpr (!kReplay) {
+    gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
+    gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
+  } else {
+    gates_in = load_head_gates(p, b, hv);
+  }
+  issue_loads_here();
+  const int slot = slot_word;
+  if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch no pool buffer
 
-  // Every load the step needs is issued before any branch on a loaded value (issue_loads_here, as
-  // mamba2/conventional.cuh): the cursor's words, the state, k, q, v and the gates.
   // Replay: the raw words of the block's cursor replica (its warps are tiles 4 rep .. + 3).
   [[maybe_unused]] int32_t* cur = nullptr;
   [[maybe_unused]] int hist_word = 0, origin_word = 0;
@@ -117,25 +142,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   for (int i = 0; i < KI; ++i)
 #pragma unroll
     for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(st + vec_off(i, c), s[i][c]);
-
-  const ActT* kg = static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride;
-  const ActT* qg = static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride;
-  float Kc[NV][VEC], Qc[NV][VEC];
-#pragma unroll
-  for (int c = 0; c < NV; ++c) {
-    load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
-    load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
-  }
-  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of a tile this lane finishes
-  const float v_row =
-      to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + tile * RW + my_row]);
-  HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
-  if constexpr (!kReplay) {
-    gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
-    gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
-  } else {
-    gates_in = load_head_gates(p, b, hv);
-  }
   issue_loads_here();
 
   float g, beta, abar;
