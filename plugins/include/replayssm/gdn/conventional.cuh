@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   __shared__ float s_urow[kWarpsPerBlock<kReplay>][RW];  // u of each row of a warp
 
   // The slot index goes out first, and everything that does not depend on it while it is in flight: the warp's
-  // head and tile, the key head (integer divisions), the inputs' addresses and loads (k, q, v and the gates; a
-  // padding row reads its inputs too, reads only). Then the padding check, and the loads that need the slot: the
-  // cursor's words and the state. (With the slot's load waited for first, the H200 build ran ~120 dependent
+  // head and tile, the key head (integer divisions), the addresses and loads of k, q and v (a padding row reads
+  // them too, reads only). Then the padding check, and the loads that need the slot: the cursor's words and the
+  // state; then the gates'. (With the slot's load waited for first, the H200 build ran ~120 dependent
   // instructions of address arithmetic between it and the state loads.) Every load is issued before any branch on
   // a loaded value but the padding check (issue_loads_here, as mamba2/conventional.cuh).
   const int b = blockIdx.y;
@@ -111,13 +111,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of a tile this lane finishes
   const float v_row =
       to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + tile * RW + my_row]);
-  HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
-  if constexpr (!kReplay) {
-    gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
-    gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
-  } else {
-    gates_in = load_head_gates(p, b, hv);
-  }
   issue_loads_here();
   const int slot = slot_word;
   if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) return;  // padding: touch no pool buffer
@@ -142,6 +135,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   for (int i = 0; i < KI; ++i)
 #pragma unroll
     for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(st + vec_off(i, c), s[i][c]);
+  // The gates last: the latency route's raw-or-precomputed loads are ~100 instructions of branches on the
+  // parameters, which ahead of the padding check delayed the state loads (b1 4.5-4.6 us against 4.4).
+  HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
+  if constexpr (!kReplay) {
+    gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
+    gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
+  } else {
+    gates_in = load_head_gates(p, b, hv);
+  }
   issue_loads_here();
 
   float g, beta, abar;
