@@ -17,7 +17,8 @@
 // its blocks of four warps never straddle heads: block t / 4 of the head reads replica t / 4, every warp of the
 // block reads it before a block barrier, and after it warp 0 writes replicas t / 4, t / 4 + tiles / 4, ... (at
 // most 8 blocks per head: latency_route_fits); a block whose replica holds no record (the steady state of the
-// route) writes nothing and skips the barrier. The replica is the first load a warp issues.
+// route) writes nothing and skips the barrier. The replica's words are loaded right after the padding check, with
+// the state.
 #pragma once
 #include <cuda_runtime.h>
 
