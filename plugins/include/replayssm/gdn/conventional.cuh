@@ -85,12 +85,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   constexpr int SHARE = Tl::SHARE;
   __shared__ float s_urow[kWarpsPerBlock<kReplay>][RW];  // u of each row of a warp
 
-  // The slot index goes out first, and everything that does not depend on it while it is in flight: the warp's
-  // head and tile, the key head (integer divisions), the addresses and loads of k, q and v (a padding row reads
-  // them too, reads only). Then the padding check, and the loads that need the slot: the cursor's words and the
-  // state; then the gates'. (With the slot's load waited for first, the H200 build ran ~120 dependent
-  // instructions of address arithmetic between it and the state loads.) Every load is issued before any branch on
-  // a loaded value but the padding check (issue_loads_here, as mamba2/conventional.cuh).
+  // The slot index goes out first, and what does not depend on it is computed while it is in flight: the warp's
+  // head and tile, the key head (integer divisions), the addresses of k, q and v (their loads stand before the
+  // padding check in the source, so that this arithmetic does too; the sm_90 build of the fp32 checkpoint issues
+  // them after it, with the state's: a padding row may read its inputs, never the pool). Then the padding check,
+  // the cursor's words and the state, then the gates. With the slot's load waited for first, that build ran ~136
+  // instructions between its arrival and the state loads, ~30 now. Every load is issued before any branch on a loaded value but the padding check
+  // (issue_loads_here, as mamba2/conventional.cuh).
   const int b = blockIdx.y;
   const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
   issue_loads_here();
