@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   // padding check in the source, so that this arithmetic does too; the sm_90 build of the fp32 checkpoint issues
   // them after it, with the state's: a padding row may read its inputs, never the pool). Then the padding check,
   // the cursor's words and the state, then the gates. With the slot's load waited for first, that build ran ~136
-  // instructions between its arrival and the state loads, ~30 now. Every load is issued before any branch on a loaded value but the padding check
-  // (issue_loads_here, as mamba2/conventional.cuh).
+  // instructions between its arrival and the state loads, ~30 now. Every load is issued before any branch on a
+  // loaded value but the padding check (issue_loads_here, as mamba2/conventional.cuh).
   const int b = blockIdx.y;
   const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
   issue_loads_here();
