@@ -167,7 +167,8 @@ struct TailPolicy {
 inline int tail_rows_by_policy(int batch, int nheads, int hpb, int rows_per_head, int row_quantum, int sms,
                                const TailPolicy& t) {
   int rows = 0;
-  if (hpb >= t.min_heads && static_cast<long long>(batch) * (nheads / hpb) < static_cast<long long>(t.below_blocks_per_sm) * sms)
+  const long long blocks = static_cast<long long>(batch) * (nheads / hpb);
+  if (hpb >= t.min_heads && blocks < static_cast<long long>(t.below_blocks_per_sm) * sms)
     rows = t.rounds * t.resident_per_sm * sms / (2 * nheads / hpb);
   if (2 * rows > batch) rows = 0;
   return tail_launch_rows(output_only_tail_rows(rows), batch, hpb, rows_per_head, row_quantum);

@@ -54,14 +54,17 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
 // hpb heads, then the last `tail` rows in blocks of hpb / 2 heads as a programmatic dependent of the first launch
 // (one plain launch when the tail takes every row). Both kernels take (params, heads per block, ahead, row0,
 // tail_follows); shape(h) gives a launch's blocks per batch row and dynamic shared memory at h heads per block.
-// first_dependent: the first launch is itself a programmatic dependent of the stream's previous kernel.
+// first_dependent: the first launch is itself a programmatic dependent of the stream's previous kernel (its callers,
+// the nvfp4 output-only launches after the flush-only launch, have no tail; a step whose tail takes every row is one
+// plain launch).
 struct RowsLaunchShape {
   int blocks_per_row, smem_bytes;
 };
 template <typename Params, typename Shape>
 cudaError_t launch_rows_with_tail(void (*first)(Params, int, int, int, int),
-                                  void (*tail_kernel)(Params, int, int, int, int), const Params& p, int batch, int hpb, int ahead, int tail, dim3 block,
-                                  const Shape& shape, cudaStream_t stream, bool first_dependent = false) {
+                                  void (*tail_kernel)(Params, int, int, int, int), const Params& p, int batch, int hpb,
+                                  int ahead, int tail, dim3 block, const Shape& shape, cudaStream_t stream,
+                                  bool first_dependent = false) {
   if (tail < batch) {
     const RowsLaunchShape s = shape(hpb);
     const dim3 grid(s.blocks_per_row, batch - tail);

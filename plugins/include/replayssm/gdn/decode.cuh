@@ -684,17 +684,19 @@ constexpr int kOutputOnlyBlocksPerSm = 6;    // fewest blocks per multiprocessor
 constexpr int kOutputOnlyPrefetch = 0;
 constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
 // The tail launch (output_only::launch): a launch of fewer than kOutputOnlyTailBelowBlocksPerSm blocks per
-// multiprocessor sends its last rows to a second launch in blocks of half the heads (at least 2), about
-// kOutputOnlyTailRounds rounds of the multiprocessors' resident blocks of it, which fill the first launch's tail
-// (when that is at most half the batch).
+// multiprocessor sends its last rows to a second launch in blocks of half the heads (from kOutputOnlyTailMinHeads:
+// at least 2), about kOutputOnlyTailRounds rounds of the multiprocessors' resident blocks of it, which fill the first
+// launch's tail (when that is at most half the batch).
 // H200, Qwen3.5-122B L16 b64 (1024 blocks of 4 heads; tail blocks of 2), tail rows 0 / 8 / 16 / 32 in one run, two
 // passes: 94.1 / 94.3, 91.8 / 91.5, 90.1 / 90.3, 92.2 / 92.7 us (benchmarks/ab_session14.md). At b256 (31 blocks
 // per multiprocessor) 32 and 64 tail rows lose (318.9, 322.6 against 318.7). RSSM_OO_TAIL_ROWS overrides.
+constexpr int kOutputOnlyTailMinHeads = 4;  // fewest heads per block of a launch given a tail (tail blocks: half)
 constexpr int kOutputOnlyTailBelowBlocksPerSm = 16;
 constexpr int kOutputOnlyTailRounds = 2;
 inline int output_only_tail(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return tail_rows_by_policy(p.batch, p.num_v_heads, hpb, p.head_v_dim, output_only::kRowQuantum, sms,
-                             {4, kOutputOnlyTailBelowBlocksPerSm, kOutputOnlyTailRounds, output_only::kBlocksPerSm});
+                             {kOutputOnlyTailMinHeads, kOutputOnlyTailBelowBlocksPerSm, kOutputOnlyTailRounds,
+                              output_only::kBlocksPerSm});
 }
 inline int output_only_heads(const rssm_gdn_decode_params& p, int hpb, int sms) {
   return split_route_heads(hpb, p.head_v_dim, output_only::kRowQuantum, p.batch, p.num_v_heads, sms,
