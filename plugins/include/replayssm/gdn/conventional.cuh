@@ -102,14 +102,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
   if (hv >= HV) return;
   const int kh = hv / (HV / p.num_k_heads);
   const int seg = lane / LPR, col_lane = lane % LPR;
-  const ActT* kg = static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride;
-  const ActT* qg = static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride;
   float Kc[NV][VEC], Qc[NV][VEC];
-#pragma unroll
-  for (int c = 0; c < NV; ++c) {
-    load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
-    load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
-  }
+  load_qk<ActT, NV, VEC, LPR>(p, b, kh, col_lane, Kc, Qc);
   const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;  // row of a tile this lane finishes
   const float v_row =
       to_float(static_cast<const ActT*>(p.v)[b * p.v_batch_stride + hv * p.v_head_stride + tile * RW + my_row]);

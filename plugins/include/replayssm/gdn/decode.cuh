@@ -241,14 +241,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   cp_async_commit();
   if (U > 1) issue_state(1, 1);
   cp_async_commit();
-  const ActT* kg = static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride;
-  const ActT* qg = static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride;
   float Kc[NV][VEC], Qc[NV][VEC];
-#pragma unroll
-  for (int c = 0; c < NV; ++c) {
-    load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
-    load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
-  }
+  load_qk<ActT, NV, VEC, LPR>(p, b, kh, col_lane, Kc, Qc);
   // In-kernel preparation of q and k (gates.cuh; output_only.cuh calls it with this kernel's fp32 K = 128 tiling
   // to get the same bits).
   prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);

@@ -76,6 +76,20 @@ __device__ __forceinline__ void head_gates(const rssm_gdn_decode_params& p, cons
   beta = raw ? raw_gate_beta(in.b_or_beta) : in.b_or_beta;
 }
 
+// The current k and q of batch row b, key head kh, as NV vectors of VEC columns per lane, LPR lanes per row (lane
+// col_lane holds columns (c LPR + col_lane) VEC + e): the layout prepare_qk and the kernels' dots take.
+template <typename ActT, int NV, int VEC, int LPR>
+__device__ __forceinline__ void load_qk(const rssm_gdn_decode_params& p, int b, int kh, int col_lane,
+                                        float (&Kc)[NV][VEC], float (&Qc)[NV][VEC]) {
+  const ActT* kg = static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride;
+  const ActT* qg = static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride;
+#pragma unroll
+  for (int c = 0; c < NV; ++c) {
+    load_vec<ActT, VEC>(kg + (c * LPR + col_lane) * VEC, Kc[c]);
+    load_vec<ActT, VEC>(qg + (c * LPR + col_lane) * VEC, Qc[c]);
+  }
+}
+
 // In-kernel preparation of the current q and k (params.h qk_flags), held as NV vectors of VEC columns per lane,
 // LPR lanes per row (lane col_lane holds columns (c LPR + col_lane) VEC + e): L2 norm (eps 1e-6 inside the
 // square root), q scaled, then both rounded to the activation dtype (as the reference prepares them, and as the

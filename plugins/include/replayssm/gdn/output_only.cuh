@@ -274,8 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     // The current k and q, prepared (gates.cuh) in the combined kernel's fp32 K = 128 tiling (lane l: columns
     // 4 l .. 4 l + 3), so that the norm sums in its order: the same bits.
     float Kc[1][4], Qc[1][4];
-    load_vec<ActT, 4>(static_cast<const ActT*>(p.k) + b * p.k_batch_stride + kh * p.k_head_stride + 4 * lane, Kc[0]);
-    load_vec<ActT, 4>(static_cast<const ActT*>(p.q) + b * p.q_batch_stride + kh * p.q_head_stride + 4 * lane, Qc[0]);
+    load_qk<ActT, 1, 4, 32>(p, b, kh, lane, Kc, Qc);
     prepare_qk<ActT, 1, 4, 32>(p, Kc, Qc);
     *reinterpret_cast<float4*>(kq_s + 4 * lane) = make_float4(Kc[0][0], Kc[0][1], Kc[0][2], Kc[0][3]);
     *reinterpret_cast<float4*>(kq_s + kK + 4 * lane) = make_float4(Qc[0][0], Qc[0][1], Qc[0][2], Qc[0][3]);
