@@ -339,6 +339,19 @@ def test_split_routes_at_other_launch_settings(monkeypatch, knob, value):
     test_split_routes_match_the_combined_kernel(monkeypatch, "none", BF16, 8, 64, 16)
 
 
+@pytest.mark.parametrize("lean, heads, L", [("0", "", 8), ("0", "", 32), ("1", "1", 8), ("1", "16", 8), ("1", "2", 32),
+                                             ("1", "", 3)])
+def test_split_routes_nvfp4_variants(monkeypatch, lean, heads, L):
+    """The nvfp4 output-only kernel both ways (RSSM_NVFP4_LEAN): 80 registers with the window's ring x records read
+    from global memory (1, the default), at 1, 2 and 16 heads per block and L 3 / 8 / 32 (the window wrapping around
+    the ring at random origins), or 128 registers with the whole ring staged in shared memory (0): every buffer
+    bit-identical to the combined kernel's, y within two roundings."""
+    monkeypatch.setenv("RSSM_NVFP4_LEAN", lean)
+    if heads:
+        monkeypatch.setenv("RSSM_OO_HEADS", heads)
+    test_split_routes_match_the_combined_kernel(monkeypatch, "nvfp4", BF16, L, 64, 16)
+
+
 @pytest.mark.parametrize("read_format, heads, first_l2", [("none", "8", "1"), ("none", "8", "0"), ("none", "4", "1"),
                                                          ("nvfp4", "16", "")])
 def test_split_routes_tail_launch(monkeypatch, read_format, heads, first_l2):
@@ -381,3 +394,11 @@ def test_split_routes_with_every_row_flushing(monkeypatch, read_format):
             assert torch.equal(t, combined.buffers[name]), f"step {step}: {name} differs from the combined kernel"
         if step == 0:
             assert (split.history()[slots[live].long().cpu()] == 0).all(), "every live row flushed"
+
+
+def test_split_routes_with_every_row_flushing_nvfp4_lean(monkeypatch):
+    """The every-row-flushing comparison above through the 80-register nvfp4 output-only kernel (RSSM_NVFP4_LEAN=1,
+    which the library takes on its own from 12 blocks per multiprocessor): 300 rows flushing, then 300 rows reading
+    the window's ring records from global memory."""
+    monkeypatch.setenv("RSSM_NVFP4_LEAN", "1")
+    test_split_routes_with_every_row_flushing(monkeypatch, "nvfp4")

@@ -722,10 +722,22 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   static const int overhead = block_smem_overhead(kernel);
   // Flush-only: blocks for B / L rows per (group, chunk) (the rows that flush in a step with staggered phases),
   // and the launch shape of that many rows (2 B / L: b256 179.5 us vs 174 with kDecodeMinBlocks 3).
-  const long long rows = flush_only ? std::min<long long>(p.batch, std::max(1, (p.batch + L - 1) / std::max(L, 1)))
-                                    : p.batch;
+  long long rows = flush_only ? std::min<long long>(p.batch, std::max(1, (p.batch + L - 1) / std::max(L, 1)))
+                              : p.batch;
   Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, rows, sms);
   shape.flush_only = flush_only;
+  if (flush_only) {
+    // At most one wave of blocks: every block scans the batch's cursors before the output-only launch may start,
+    // so a second wave delays it by a scan even when no row flushes (a block then takes its share of the flushing
+    // rows in turn, as the blocks of later waves would have). At least ceil(batch / s_rows' capacity) blocks per
+    // (group, chunk).
+    int per_sm = 0;
+    const cudaError_t occ = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.warps * 32,
+                                                                           plan(shape).bytes);
+    if (occ != cudaSuccess) return occ;
+    const long long wave = std::max(1LL, static_cast<long long>(per_sm) * sms / (p.ngroups * shape.chunks));
+    rows = std::max(std::min(rows, wave), (static_cast<long long>(p.batch) + kMaxWarps * 32 - 1) / (kMaxWarps * 32));
+  }
   return launch_unit_pipeline(kernel, overhead, p, shape, p.ngroups, plan, stream, rows);
 }
 
@@ -800,6 +812,42 @@ int output_only_tail(const rssm_mamba2_decode_params& p, int hpb, int sms) {
   return tail_rows_by_policy(p.batch, p.nheads, hpb, p.head_dim, output_only::kRowQuantum<Fmt>, sms, kFlushTail);
 }
 
+// The split routes' launches with read format Fmt: for an nvfp4 copy the flush-only launch, then the output-only
+// launch (and its tail, fp32 reads). `taken` false: the route does not take this step (the caller launches the
+// combined kernel).
+template <typename StateT, typename ActT, int N, typename CopyT, typename Fmt>
+cudaError_t launch_split(const rssm_mamba2_decode_params& p, int smem_per_sm, int sms, cudaStream_t stream,
+                         bool& taken) {
+  const int hpb = output_only_heads<Fmt>(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms);
+  taken = hpb > 0;
+  if (!taken) return cudaSuccess;
+  if constexpr (!Fmt::kFlushRows) {  // flush rows first (cursors untouched), then every other row and cursor
+    const cudaError_t err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
+    if (err != cudaSuccess) return err;
+  }
+  // The tail launch's blocks (half the heads, so half the batches per warp) decide their first batch's way
+  // by their own batches per warp, and take L2 only where the first launch does.
+  const bool first_l2 = output_only_first_l2<Fmt>(p, hpb, sms);
+  const bool first_l2_tail = first_l2 && hpb >= 2 && output_only_first_l2<Fmt>(p, hpb / 2, sms);
+  return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), first_l2,
+                                        first_l2_tail, output_only_tail<Fmt>(p, hpb, sms), stream,
+                                        /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
+}
+
+// nvfp4 copy: the output-only kernel in 80 registers, six blocks per multiprocessor and no staged ring of x records
+// (output_only::Nvfp4Lean) from kNvfp4LeanMinBlocksPerSm blocks of the most heads per multiprocessor, in 128
+// registers, four blocks, the ring staged (Nvfp4Mma) below. H200, Super L16, one run (benchmarks/ab_session16.md):
+// non-flush b256 86.5 / 86.8 us against 100.4 / 100.8, b512 164.7 / 164.6 against 188.0 / 187.9, amortised b256
+// 145.2 / 145.4 against 159.0 / 159.4; but amortised b64 56.7 / 56.9 against 51.3 / 51.2 and b128 90.3 / 90.5 against
+// 90.9 / 91.0 (fewer, larger waves). RSSM_NVFP4_LEAN=0 / 1 overrides (A/B runs).
+constexpr int kNvfp4LeanMinBlocksPerSm = 12;
+inline bool nvfp4_lean(const rssm_mamba2_decode_params& p, int sms) {
+  if (const char* v = std::getenv("RSSM_NVFP4_LEAN")) return std::atoi(v) != 0;
+  const int hpg = p.nheads / p.ngroups, blocks_per_group = (hpg + output_only::kMaxHeads - 1) / output_only::kMaxHeads;
+  return static_cast<long long>(p.batch) * p.ngroups * blocks_per_group >=
+         static_cast<long long>(kNvfp4LeanMinBlocksPerSm) * sms;
+}
+
 // Host launch for one (state dtype, activation dtype, dstate, read copy) specialisation; params already
 // validated. CopyT void: no read copy, both modes; otherwise replay mode only (validation refuses the rest).
 template <typename StateT, typename ActT, int N, typename CopyT>
@@ -821,21 +869,14 @@ cudaError_t launch_decode(const rssm_mamba2_decode_params& p, cudaStream_t strea
     cudaError_t err = device_smem_per_sm(smem_per_sm);
     if (err == cudaSuccess) err = device_sms(sms);
     if (err != cudaSuccess) return err;
-    using Fmt = std::conditional_t<std::is_void_v<CopyT>, output_only::Fp32Read, output_only::Nvfp4Mma>;
-    const int hpb = output_only_heads<Fmt>(p, output_only::heads_per_block<ActT, Fmt>(p, smem_per_sm), sms);
-    if (hpb > 0) {
-      if constexpr (!Fmt::kFlushRows) {  // flush rows first (cursors untouched), then every other row and cursor
-        err = launch_mode<StateT, ActT, N, true, CopyT>(p, stream, /*flush_only=*/true);
-        if (err != cudaSuccess) return err;
-      }
-      // The tail launch's blocks (half the heads, so half the batches per warp) decide their first batch's way
-      // by their own batches per warp, and take L2 only where the first launch does.
-      const bool first_l2 = output_only_first_l2<Fmt>(p, hpb, sms);
-      const bool first_l2_tail = first_l2 && hpb >= 2 && output_only_first_l2<Fmt>(p, hpb / 2, sms);
-      return output_only::launch<ActT, Fmt>(p, hpb, output_only_prefetch_batches(kOutputOnlyPrefetch), first_l2,
-                                            first_l2_tail, output_only_tail<Fmt>(p, hpb, sms), stream,
-                                            /*after_flush_launch=*/!Fmt::kFlushRows && kNvfp4DependentLaunch);
-    }
+    bool taken = false;
+    if constexpr (std::is_void_v<CopyT>)
+      err = launch_split<StateT, ActT, N, CopyT, output_only::Fp32Read>(p, smem_per_sm, sms, stream, taken);
+    else if (nvfp4_lean(p, sms))
+      err = launch_split<StateT, ActT, N, CopyT, output_only::Nvfp4Lean>(p, smem_per_sm, sms, stream, taken);
+    else
+      err = launch_split<StateT, ActT, N, CopyT, output_only::Nvfp4Mma>(p, smem_per_sm, sms, stream, taken);
+    if (err != cudaSuccess || taken) return err;
   }
   return launch_mode<StateT, ActT, N, true, CopyT>(p, stream);
 }

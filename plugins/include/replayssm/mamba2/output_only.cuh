@@ -48,11 +48,11 @@ namespace mamba2 {
 namespace output_only {
 
 constexpr int kN = 128;           // d_state of this route (others take the combined kernel)
-// Warps per block: a read format's kWarps (Fp32Read 8, Nvfp4Mma 4). Blocks per multiprocessor planned for follow
-// it (16 warps: 128 registers), and so does the row quantum: a block's rows (heads x P) are a multiple, whole
-// 16-row steps per warp.
+// Warps per block: a read format's kWarps (Fp32Read 8, Nvfp4Mma 4); blocks per multiprocessor planned for: its
+// kBlocksPerSm (16 warps, 128 registers; Nvfp4Lean 24 warps, 80 registers). The row quantum follows the warps: a
+// block's rows (heads x P) are a multiple, whole 16-row steps per warp.
 template <typename Fmt>
-constexpr int kBlocksPerSm = 16 / Fmt::kWarps;
+constexpr int kBlocksPerSm = Fmt::kBlocksPerSm;
 template <typename Fmt>
 constexpr int kRowQuantum = 16 * Fmt::kWarps;
 constexpr int kMaxHeads = 16;     // heads per block
@@ -63,18 +63,18 @@ struct Smem {
   int ring_B, ring_x, ring_dt, x, z, C, coef, gscale, pre, gate, w, B32, bytes;
 };
 // flush_rows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
-// records in fp32.
-__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows) {
+// records in fp32. ring_x: the heads' ring of x records is staged (else the window sums read it from global memory).
+__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows, bool ring_x = true) {
   Smem s{};
   SmemBump bump;  // consecutive 16-byte-aligned regions
   s.ring_B = bump.take(L * kN * act_bytes);        // [L][N] the group's ring of B records
-  s.ring_x = bump.take(heads * L * P * act_bytes);  // [heads][L][P] the chunk heads' ring of x records
+  s.ring_x = bump.take(ring_x ? heads * L * P * act_bytes : 0);  // [heads][L][P] the chunk heads' ring of x records
   s.ring_dt = bump.take(heads * round_up(L, 4) * 4);  // [heads][round_up(L, 4)] their ring of dt (fp32)
   s.x = bump.take(heads * P * act_bytes);           // [heads * P]
   s.z = bump.take(heads * P * act_bytes);           // [heads * P]
   s.C = bump.take(kN * 4);                          // [N] fp32
   s.coef = bump.take(heads * L * 4);                // [heads][L] w_j (B_j·C) by ring position
-  s.gscale = bump.take(heads * P);                  // [heads * P / kNvfp4Rows] fp32 group scales (nvfp4; 4 rows)
+  s.gscale = bump.take(heads * P);  // [heads * P / kNvfp4Rows] fp32 group scales (nvfp4; 4 rows), then row factors
   s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum
   s.gate = bump.take(heads * P * 4);                // [heads * P] silu(z), or 1
   s.w = bump.take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
@@ -87,13 +87,14 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
 // (g, c), 4 lanes per row), kRowsPerLane of them per lane (row lane / kLanesPerRow + (kRows / kRowsPerLane) i); a
 // row's kLanesPerRow lanes are consecutive, so its partials sum with log2(kLanesPerRow) shuffles (row_sum).
 // lane_base() takes the warp's first row (a global row index: (slot, head, row) flattened) and load() a warp step
-// from it; dot() gives the lane's partial dots (for nvfp4 with the group scale applied; `gs` points at the step's
-// first row's group scale).
+// from it; dot() gives the lane's partial dots (nvfp4: block scales applied; the group scale, 2^6 / sC and abar
+// come after the rows' sums, as one factor per group of 4 rows that the window-sum loop forms).
 
 struct Fp32Read {
   static constexpr int kLanesPerRow = 8, kRows = 32 / kLanesPerRow, kRowsPerLane = 1, kBatch = 16 / kRows;
-  static constexpr int kWarps = 8;
+  static constexpr int kWarps = 8, kBlocksPerSm = 2;
   static constexpr bool kFlushRows = true;  // flushing heads' rows are rebuilt here
+  static constexpr bool kRingInSmem = true;  // the window sums read the staged ring of x records
   // Lane (h, cl) = (lane / 4 % 2, lane % 4) of a row holds vector m = 2 q + h (float4 index 4 m + cl of the row) as
   // v[q]: vector q of the lane is float4 index 8 q + lane % 8.
   struct Regs {
@@ -126,7 +127,7 @@ struct Fp32Read {
   __device__ static void prefetch(const rssm_mamba2_decode_params& p, int64_t row0, int rows) {
     prefetch_l2(static_cast<const float*>(p.state) + row0 * kN, rows * kN * 4);
   }
-  __device__ static void dot(const Regs& r, const Ctx& c, int, const float*, float (&part)[1]) {
+  __device__ static void dot(const Regs& r, const Ctx& c, int, float (&part)[1]) {
     float d = 0.f;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -157,13 +158,20 @@ struct Fp32Read {
 //     the row's block-scale word c; lanes c >= 2 hold the zero columns.
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
-struct Nvfp4Mma {
-  static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = 4;
+//
+// kLean (Nvfp4Lean): 80 registers (batches of two steps) for six blocks of four warps per multiprocessor, and no ring
+// of x records in shared memory (the window sums read the window's records from global memory, 8 bytes per lane
+// and record): the shared memory of a 16-head block drops from ~53 to ~21 KB. Otherwise (Nvfp4Mma) 128 registers,
+// batches of four steps, four blocks per multiprocessor, the whole ring staged.
+template <bool kLean>
+struct Nvfp4MmaT {
+  static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 2 : 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
   // by the codes, and smaller blocks overlap more prologues. H200, one run, Super b256 L16: 137.1 us against 158.5
   // with eight warps (fp32 reads: 289.5 against 287.0, so they keep eight; benchmarks/ab_block_warps.md).
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = 4, kBlocksPerSm = kLean ? 6 : 4;
   static constexpr bool kFlushRows = false;  // the flush launch writes them (codes and scales in its mapping)
+  static constexpr bool kRingInSmem = !kLean;
   struct Regs {
     uint4 c0, c1;     // codes of rows g and g + 8, columns 32 c .. 32 c + 31
     uint32_t s0, s1;  // block scales of rows g and g + 8, blocks 4 (c % 2) .. + 3
@@ -206,8 +214,12 @@ struct Nvfp4Mma {
   }
   // Warp step `step` (rows g and g + 8 of its 16): word offsets from the lane's base, so that a batch's steps
   // address with immediates from one base.
+  static constexpr int kCodeWords = kN / 2 / 16, kScaleWords = kN / kNvfp4Block / 4;  // uint4 / unsigned per row
+  // The lane's addresses `steps` warp steps on.
+  __device__ static Lane advance(const Lane& l, int steps) {
+    return {l.codes + steps * kRows * kCodeWords, l.scale + steps * kRows * kScaleWords};
+  }
   __device__ static Regs load(const Lane& l, int step) {
-    constexpr int kCodeWords = kN / 2 / 16, kScaleWords = kN / kNvfp4Block / 4;  // uint4 / unsigned per row
     Regs r;
     r.c0 = __ldcs(l.codes + step * kRows * kCodeWords);
     r.c1 = __ldcs(l.codes + (step * kRows + 8) * kCodeWords);
@@ -219,7 +231,7 @@ struct Nvfp4Mma {
     prefetch_l2(static_cast<const uint8_t*>(p.read_state) + row0 * (kN / 2), rows * (kN / 2));
     prefetch_l2(static_cast<const uint8_t*>(p.read_block_scale) + row0 * (kN / kNvfp4Block), rows * (kN / kNvfp4Block));
   }
-  __device__ static void dot(const Regs& r, const Ctx& x, int lane, const float* gs, float (&part)[2]) {
+  __device__ static void dot(const Regs& r, const Ctx& x, int lane, float (&part)[2]) {
     const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
     float d[2][4] = {};
 #pragma unroll
@@ -244,11 +256,12 @@ struct Nvfp4Mma {
     p8 = fmaf(d[1][2], e01.y, p8);
     p8 = fmaf(d[0][3], e23.x, p8);
     p8 = fmaf(d[1][3], e23.y, p8);
-    const int g = lane / 4;
-    part[0] = pg * x.unscale * gs[g / kNvfp4Rows];
-    part[1] = p8 * x.unscale * gs[(g + 8) / kNvfp4Rows];
+    part[0] = pg;
+    part[1] = p8;
   }
 };
+using Nvfp4Mma = Nvfp4MmaT<false>;
+using Nvfp4Lean = Nvfp4MmaT<true>;
 
 // A flushing head's rows in Fp32Read's mapping, K warp steps at once (the lane's rows r, r + 4, ...; its columns
 // 32 q + 4 (lane % 8) + e): S = abar S0, then for every record j of the full window (history L - 1: records
@@ -303,7 +316,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     for (int off = 1; off < kLanesPerRow; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
   };
-  constexpr bool kNvfp4 = std::is_same_v<Fmt, Nvfp4Mma>;
+  constexpr bool kNvfp4 = !std::is_same_v<Fmt, Fp32Read>;
   const int b = row0 + blockIdx.y, hpg = p.nheads / p.ngroups, chunks = hpg / hpb;
   const int group = blockIdx.x / chunks, chunk = blockIdx.x - group * chunks;
   const int H = p.nheads, head0 = group * hpg + chunk * hpb, L = p.buffer_len, P = p.head_dim;
@@ -317,7 +330,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ __align__(16) char smem[];
-  const Smem sp = smem_layout(L, hpb, P, sizeof(ActT), Fmt::kFlushRows);
+  const Smem sp = smem_layout(L, hpb, P, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem);
   ActT* const rB_s = reinterpret_cast<ActT*>(smem + sp.ring_B);
   ActT* const rx_s = reinterpret_cast<ActT*>(smem + sp.ring_x);
   ActT* const x_s = reinterpret_cast<ActT*>(smem + sp.x);
@@ -344,7 +357,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   {
     const int act = sizeof(ActT);
     cp_async_block<kWarps * 32>(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
-    cp_async_block<kWarps * 32>(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
+    if constexpr (Fmt::kRingInSmem) cp_async_block<kWarps * 32>(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
     // every dt record: which ones count needs the cursor
     cp_async_block<kWarps * 32>(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);
     const int x16 = P * act / 16;  // 16-byte pieces of a head's x (and z); one loop over the block's heads
@@ -401,6 +414,17 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   if (head_thread) {
     s_hist[threadIdx.x] = clamp_history(hist_word, L);
     s_origin[threadIdx.x] = wrap_origin(origin_word, L);
+    if constexpr (!Fmt::kRingInSmem) {
+      // The window's ring x records (0 .. hist - 1: one or two ranges of positions) asked of L2 now, for the window
+      // sums that read them from global memory after the prologue. None for a flushing head (its rows are skipped).
+      const int hist = s_hist[threadIdx.x], origin = s_origin[threadIdx.x];
+      if (hist > 0 && hist < L - 1) {
+        const int rec = P * static_cast<int>(sizeof(ActT)), first = min(hist, L - origin);
+        const ActT* const ring = ring_x + (sh0 + threadIdx.x) * L * P;
+        prefetch_l2(ring + origin * P, first * rec);
+        if (hist > first) prefetch_l2(ring, (hist - first) * rec);
+      }
+    }
     s_dt[threadIdx.x] = processed_dt(p, head_in);
     s_A[threadIdx.x] = head_in.A;
     s_D[threadIdx.x] = head_in.D;
@@ -460,7 +484,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       ActT* const rx_g = ring_x + ((sh0 + hh) * L + pos_cur) * P;
       for (int c = j; c < P * static_cast<int>(sizeof(ActT)) / 16; c += seg) {
         const uint4 v = reinterpret_cast<const uint4*>(x_s + hh * P)[c];
-        reinterpret_cast<uint4*>(rx_s + (hh * L + pos_cur) * P)[c] = v;
+        if constexpr (Fmt::kRingInSmem) reinterpret_cast<uint4*>(rx_s + (hh * L + pos_cur) * P)[c] = v;
         if (hist < L - 1) reinterpret_cast<uint4*>(rx_g)[c] = v;  // WRITES ring_x[slot, head, pos_cur, :]
       }
     }
@@ -470,21 +494,46 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   // nvfp4 a lane takes 4 consecutive rows of a head (P is a multiple of 4): one 8-byte read per ring record, each
   // row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds a batch (16 rows) of
   // fp32 state in registers through this loop, and 4 rows spill). Each warp its own rows, the only ones it reads
-  // below (flushing or not): a warp barrier, not a block barrier.
-  constexpr int kPreRows = kNvfp4 ? 4 : 1;
+  // below (flushing or not): a warp barrier, not a block barrier. nvfp4: the lane's 4 rows are one group of the
+  // copy's group scale, which becomes the rows' factor abar 2^6 / sC times that scale (the warp's B fragments, and
+  // sC with them, are formed first).
+  typename Fmt::Ctx ctx;  // (Fp32Read: C in 16 registers, formed after this loop; reloaded after a flush, below)
+  if constexpr (kNvfp4) ctx = Fmt::context(C_s, lane);
+  constexpr int kPreRows = kNvfp4 ? (Fmt::kRingInSmem ? 4 : 8) : 1;
   for (int lrow = warp * rpw + kPreRows * lane; lrow < (warp + 1) * rpw; lrow += kPreRows * 32) {
     const int hh = lrow / P, r = lrow - hh * P;
-    const ActT* rx = rx_s + hh * L * P + r;  // advanced by a record per position (no multiply per record)
     const float* coef = coef_s + hh * L;
     float w[kPreRows] = {}, v[kPreRows];
-    for (int pos = 0; pos < L; ++pos, rx += P) {
-      load_vec<ActT, kPreRows>(rx, v);
-      const float c = coef[pos];
+    if constexpr (Fmt::kRingInSmem) {
+      const ActT* rx = rx_s + hh * L * P + r;  // advanced by a record per position (no multiply per record)
+      for (int pos = 0; pos < L; ++pos, rx += P) {
+        load_vec<ActT, kPreRows>(rx, v);
+        const float c = coef[pos];
+#pragma unroll
+        for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
+      }
+      load_vec<ActT, kPreRows>(x_s + lrow, v);
+    } else {
+      // The window only, by record: 0 .. hist - 1 from the pool's ring (this launch writes none of them), the
+      // current x last; a flushing head's rows are skipped (none).
+      const int hist = s_hist[hh], origin = s_origin[hh];
+      if (hist < L - 1) {
+        const ActT* const rx = ring_x + (sh0 + hh) * L * P + r;
+#pragma unroll 8
+        for (int j = 0; j < hist; ++j) {
+          const int pos = ring_pos(origin, j, L);
+          load_vec<ActT, kPreRows>(rx + pos * P, v);
+          const float c = coef[pos];
+#pragma unroll
+          for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
+        }
+      }
+      load_vec<ActT, kPreRows>(x_s + lrow, v);
+      const float c = coef[ring_pos(origin, hist, L)];
 #pragma unroll
       for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
     }
     float pre[kPreRows], gate[kPreRows];
-    load_vec<ActT, kPreRows>(x_s + lrow, v);
 #pragma unroll
     for (int e = 0; e < kPreRows; ++e) pre[e] = fmaf(s_D[hh], v[e], w[e]);
     if (z_b) load_vec<ActT, kPreRows>(z_s + lrow, v);
@@ -492,68 +541,117 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     for (int e = 0; e < kPreRows; ++e) gate[e] = z_b ? silu_gate(v[e]) : 1.f;
     store_vec<float, kPreRows>(pre_s + lrow, pre);
     store_vec<float, kPreRows>(gate_s + lrow, gate);
+    if constexpr (kNvfp4) {
+      const float f = s_abar[hh] * ctx.unscale;
+#pragma unroll
+      for (int i = 0; i < kPreRows / kNvfp4Rows; ++i) gs_s[lrow / kNvfp4Rows + i] *= f;
+    }
   }
   __syncwarp();
-  typename Fmt::Ctx ctx = Fmt::context(C_s, lane);  // (Fp32Read: C in 16 registers; reloaded after a flush, below)
+  if constexpr (!kNvfp4) ctx = Fmt::context(C_s, lane);
 
-  // The head of a batch's first row and its row in the head, advanced per batch (no division in the loop). A batch
-  // (kBatch * kRows <= 64 rows, P >= 64) crosses at most one head boundary, and only between steps.
-  static_assert(kBatch * kRows <= 64, "a batch spans at most two heads (head_dim >= 64)");
-  int batch_head = warp * rpw / P, batch_row = warp * rpw - batch_head * P;
-  for (int s0 = 0; s0 < steps; s0 += kBatch) {
-    if (s0 > 0) {
-      batch_row += kBatch * kRows;
-      if (batch_row >= P) {
-        batch_row -= P;
-        ++batch_head;
-      }
-      if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
-    }
-    if (s0 > 0 || kFirstL2) {
+  if constexpr (kNvfp4) {
+    // The warp's steps in order, each 16 rows of one head (P is a multiple of 16), with rolling loads: step s +
+    // kBatch goes into the registers step s is done with, so that a warp always has steps of rows in flight. The
+    // lane's output row, its y address, head and row in the head advance per step (no division, no 64-bit
+    // multiply in the loop). Rows g and g + 8 of lane (g, c) are reduce-scattered over the row's four lanes: lanes
+    // c < 2 end with row g's sum, c >= 2 with row g + 8's, and lanes 0 and 2 of the four write; the factor abar
+    // 2^6 / sC times the group scale is the window-sum loop's, by group of 4 rows (gs_s).
+    const bool hi = lane & 2;
+    const int lane_row = lane / kLanesPerRow + (hi ? kRows / 2 : 0);
+    int hh = warp * rpw / P, r0 = warp * rpw - hh * P;  // the step's head, and its first row in the head
+    int lrow = warp * rpw + lane_row;                   // the lane's output row in the block
+    ActT* y_row = y_b + hh * p.y_head_stride + r0 + lane_row;
+    bool live = s_hist[hh] != L - 1;  // (a flushing head: the flush launch wrote its rows)
+    typename Fmt::Lane next = Fmt::advance(lane_src, kBatch);
+    for (int s0 = 0; s0 < steps; s0 += kBatch) {
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k)
-        if (s0 + k < steps) regs[k] = Fmt::load(lane_src, s0 + k);
-    }
-    if constexpr (Fmt::kFlushRows) {
-      // A flushing head: the batch's kBatch steps together (16 rows from a multiple of 16: the warp's rows are a
-      // multiple of 16 (kRowQuantum) and so is P, so they lie in one head).
-      const int lrow0 = warp * rpw + s0 * kRows, hh = batch_head;
-      if (s_hist[hh] == L - 1) {
-        const int r0 = lrow0 - hh * P + lane / kLanesPerRow;
-        flush_rows(regs, s_abar[hh], s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r0, P, B32_s,
-                   static_cast<float*>(p.state) + (warp_row0 + s0 * kRows + lane / kLanesPerRow) * kN, lane);
-        // C again from shared memory: ctx is dead through the rebuild above, so its 16 registers are free there
-        // (with them held, ptxas gave the loop one register quad for the 8 B vectors of a record, each read
-        // waited for before its FMAs).
-        ctx = Fmt::context(C_s, lane);
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          float part[1];
-          Fmt::dot(regs[k], ctx, lane, nullptr, part);
-          const float v = row_sum(part[0]);
-          const int r = r0 + k * kRows;
-          if (lane % kLanesPerRow == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
-            y_b[hh * p.y_head_stride + r] =
-                from_float<ActT>(fmaf(s_D[hh], to_float(x_s[hh * P + r]), v) * gate_s[hh * P + r]);
+      for (int k = 0; k < kBatch; ++k) {
+        const int s = s0 + k;
+        if (s >= steps) break;
+        if (live) {
+          float part[RPL];
+          Fmt::dot(regs[k], ctx, lane, part);
+          float v = (hi ? part[1] : part[0]) + __shfl_xor_sync(0xffffffffu, hi ? part[0] : part[1], 2);
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          if ((lane & 1) == 0)  // WRITES y[b, head, r]
+            *y_row = from_float<ActT>(fmaf(gs_s[lrow / kNvfp4Rows], v, pre_s[lrow]) * gate_s[lrow]);
         }
-        continue;
+        if (s + kBatch < steps) {
+          regs[k] = Fmt::load(next, 0);
+          next = Fmt::advance(next, 1);
+        }
+        lrow += kRows;
+        y_row += kRows;
+        r0 += kRows;
+        if (r0 == P && s + 1 < steps) {
+          r0 = 0;
+          ++hh;
+          y_row += p.y_head_stride - P;
+          live = s_hist[hh] != L - 1;
+        }
       }
     }
-#pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      if (s0 + k >= steps) break;
-      // A step's rows share a head (P is a multiple of kRows).
-      const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = batch_head + (batch_row + k * kRows >= P);
-      const float abar = s_abar[hh];
-      if (s_hist[hh] == L - 1) continue;  // a flush head (Nvfp4Mma: the flush launch wrote its rows)
-      float part[RPL];
-      Fmt::dot(regs[k], ctx, lane, gs_s + lrow0 / kNvfp4Rows, part);
-#pragma unroll
-      for (int i = 0; i < RPL; ++i) {
-        const float v = row_sum(part[i]);
-        const int lrow = lrow0 + lane / kLanesPerRow + (kRows / RPL) * i, r = lrow - hh * P;
-        if (lane % kLanesPerRow == 0)  // WRITES y[b, head, r]
-          y_b[hh * p.y_head_stride + r] = from_float<ActT>(fmaf(abar, v, pre_s[lrow]) * gate_s[lrow]);
+  } else {
+    // The head of a batch's first row and its row in the head, advanced per batch (no division in the loop). A batch
+    // (kBatch * kRows <= 64 rows, P >= 64) crosses at most one head boundary, and only between steps.
+    static_assert(kBatch * kRows <= 64, "a batch spans at most two heads (head_dim >= 64)");
+    int batch_head = warp * rpw / P, batch_row = warp * rpw - batch_head * P;
+    for (int s0 = 0; s0 < steps; s0 += kBatch) {
+      if (s0 > 0) {
+        batch_row += kBatch * kRows;
+        if (batch_row >= P) {
+          batch_row -= P;
+          ++batch_head;
+        }
+        if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
+      }
+      if (s0 > 0 || kFirstL2) {
+  #pragma unroll
+        for (int k = 0; k < kBatch; ++k)
+          if (s0 + k < steps) regs[k] = Fmt::load(lane_src, s0 + k);
+      }
+      if constexpr (Fmt::kFlushRows) {
+        // A flushing head: the batch's kBatch steps together (16 rows from a multiple of 16: the warp's rows are a
+        // multiple of 16 (kRowQuantum) and so is P, so they lie in one head).
+        const int lrow0 = warp * rpw + s0 * kRows, hh = batch_head;
+        if (s_hist[hh] == L - 1) {
+          const int r0 = lrow0 - hh * P + lane / kLanesPerRow;
+          flush_rows(regs, s_abar[hh], s_origin[hh], L, w_s + hh * L, rx_s + hh * L * P + r0, P, B32_s,
+                     static_cast<float*>(p.state) + (warp_row0 + s0 * kRows + lane / kLanesPerRow) * kN, lane);
+          // C again from shared memory: ctx is dead through the rebuild above, so its 16 registers are free there
+          // (with them held, ptxas gave the loop one register quad for the 8 B vectors of a record, each read
+          // waited for before its FMAs).
+          ctx = Fmt::context(C_s, lane);
+  #pragma unroll
+          for (int k = 0; k < kBatch; ++k) {
+            float part[1];
+            Fmt::dot(regs[k], ctx, lane, part);
+            const float v = row_sum(part[0]);
+            const int r = r0 + k * kRows;
+            if (lane % kLanesPerRow == 0)  // WRITES y[b, head, r]: S·C + D x, gated, as decode.cuh's flush route
+              y_b[hh * p.y_head_stride + r] =
+                  from_float<ActT>(fmaf(s_D[hh], to_float(x_s[hh * P + r]), v) * gate_s[hh * P + r]);
+          }
+          continue;
+        }
+      }
+  #pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        if (s0 + k >= steps) break;
+        // A step's rows share a head (P is a multiple of kRows).
+        const int lrow0 = warp * rpw + (s0 + k) * kRows, hh = batch_head + (batch_row + k * kRows >= P);
+        const float abar = s_abar[hh];
+        if (s_hist[hh] == L - 1) continue;  // (not reached: the batch's flush path above)
+        float part[RPL];
+        Fmt::dot(regs[k], ctx, lane, part);
+  #pragma unroll
+        for (int i = 0; i < RPL; ++i) {
+          const float v = row_sum(part[i]);
+          const int lrow = lrow0 + lane / kLanesPerRow + (kRows / RPL) * i, r = lrow - hh * P;
+          if (lane % kLanesPerRow == 0)  // WRITES y[b, head, r]
+            y_b[hh * p.y_head_stride + r] = from_float<ActT>(fmaf(abar, v, pre_s[lrow]) * gate_s[lrow]);
+        }
       }
     }
   }
@@ -594,7 +692,8 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
   static const int overhead = block_smem_overhead(output_only_kernel<ActT, Fmt>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum<Fmt>) continue;
-    const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+    const int bytes =
+        smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
     if (kBlocksPerSm<Fmt> * (bytes + overhead) <= smem_per_sm) return hpb;
   }
   return 0;
@@ -612,14 +711,14 @@ cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool 
                                  : output_only_kernel<ActT, Fmt, false>;
   };
   const auto kernel = variant(first_l2), tail_kernel = variant(first_l2_tail);
-  const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+  const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess && tail_kernel != kernel)
     err = cudaFuncSetAttribute(tail_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const int hpg = p.nheads / p.ngroups;
   const auto shape = [&](int h) {
-    const int smem = smem_layout(p.buffer_len, h, p.head_dim, sizeof(ActT), Fmt::kFlushRows).bytes;
+    const int smem = smem_layout(p.buffer_len, h, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
     return RowsLaunchShape{p.ngroups * (hpg / h), smem};
   };
   // The tail launch (decode_tiling.cuh output_only_tail_rows) for the format that rebuilds its flushing rows only.
