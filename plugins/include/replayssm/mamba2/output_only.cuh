@@ -64,11 +64,12 @@ struct Smem {
 };
 // flush_rows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
 // records in fp32. ring_x: the heads' ring of x records is staged (else the window sums read it from global memory).
-__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows, bool ring_x = true) {
+__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows,
+                                            bool ring_x = true) {
   Smem s{};
   SmemBump bump;  // consecutive 16-byte-aligned regions
   s.ring_B = bump.take(L * kN * act_bytes);        // [L][N] the group's ring of B records
-  s.ring_x = bump.take(ring_x ? heads * L * P * act_bytes : 0);  // [heads][L][P] the chunk heads' ring of x records
+  s.ring_x = bump.take(ring_x ? heads * L * P * act_bytes : 0);  // [heads][L][P] the chunk heads' ring of x
   s.ring_dt = bump.take(heads * round_up(L, 4) * 4);  // [heads][round_up(L, 4)] their ring of dt (fp32)
   s.x = bump.take(heads * P * act_bytes);           // [heads * P]
   s.z = bump.take(heads * P * act_bytes);           // [heads * P]
@@ -160,9 +161,9 @@ struct Fp32Read {
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
 //
 // kLean (Nvfp4Lean): 80 registers (batches of two steps) for six blocks of four warps per multiprocessor, and no ring
-// of x records in shared memory (the window sums read the window's records from global memory, 8 bytes per lane
-// and record): the shared memory of a 16-head block drops from ~53 to ~21 KB. Otherwise (Nvfp4Mma) 128 registers,
-// batches of four steps, four blocks per multiprocessor, the whole ring staged.
+// of x records in shared memory (the window sums read the window's records from global memory, asked of L2 once the
+// cursor is known, 16 bytes per lane and record): the shared memory of a 16-head block drops from ~53 to ~21 KB.
+// Otherwise (Nvfp4Mma) 128 registers, batches of four steps, four blocks per multiprocessor, the whole ring staged.
 template <bool kLean>
 struct Nvfp4MmaT {
   static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 2 : 4;
@@ -491,12 +492,12 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   }
   __syncthreads();
   // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z). With
-  // nvfp4 a lane takes 4 consecutive rows of a head (P is a multiple of 4): one 8-byte read per ring record, each
-  // row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds a batch (16 rows) of
-  // fp32 state in registers through this loop, and 4 rows spill). Each warp its own rows, the only ones it reads
-  // below (flushing or not): a warp barrier, not a block barrier. nvfp4: the lane's 4 rows are one group of the
-  // copy's group scale, which becomes the rows' factor abar 2^6 / sC times that scale (the warp's B fragments, and
-  // sC with them, are formed first).
+  // nvfp4 a lane takes 4 consecutive rows of a head (Nvfp4Lean 8; P is a multiple of 16): one 8-byte (16-byte) read
+  // per ring record, each row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds
+  // a batch (16 rows) of fp32 state in registers through this loop, and 4 rows spill). Each warp its own rows, the
+  // only ones it reads below (flushing or not): a warp barrier, not a block barrier. nvfp4: each group of 4 rows of
+  // the lane shares one group scale of the copy, which becomes the rows' factor abar 2^6 / sC times that scale (the
+  // warp's B fragments, and sC with them, are formed first).
   typename Fmt::Ctx ctx;  // (Fp32Read: C in 16 registers, formed after this loop; reloaded after a flush, below)
   if constexpr (kNvfp4) ctx = Fmt::context(C_s, lane);
   constexpr int kPreRows = kNvfp4 ? (Fmt::kRingInSmem ? 4 : 8) : 1;
@@ -607,7 +608,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
         if (ahead > 0) prefetch_batch(s0 + ahead * kBatch);  // (ahead 0: the batch loaded next, no use asking)
       }
       if (s0 > 0 || kFirstL2) {
-  #pragma unroll
+#pragma unroll
         for (int k = 0; k < kBatch; ++k)
           if (s0 + k < steps) regs[k] = Fmt::load(lane_src, s0 + k);
       }
@@ -623,7 +624,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
           // (with them held, ptxas gave the loop one register quad for the 8 B vectors of a record, each read
           // waited for before its FMAs).
           ctx = Fmt::context(C_s, lane);
-  #pragma unroll
+#pragma unroll
           for (int k = 0; k < kBatch; ++k) {
             float part[1];
             Fmt::dot(regs[k], ctx, lane, part);
@@ -636,7 +637,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
           continue;
         }
       }
-  #pragma unroll
+#pragma unroll
       for (int k = 0; k < kBatch; ++k) {
         if (s0 + k >= steps) break;
         // A step's rows share a head (P is a multiple of kRows).
@@ -645,7 +646,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
         if (s_hist[hh] == L - 1) continue;  // (not reached: the batch's flush path above)
         float part[RPL];
         Fmt::dot(regs[k], ctx, lane, part);
-  #pragma unroll
+#pragma unroll
         for (int i = 0; i < RPL; ++i) {
           const float v = row_sum(part[i]);
           const int lrow = lrow0 + lane / kLanesPerRow + (kRows / RPL) * i, r = lrow - hh * P;
@@ -711,6 +712,7 @@ cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool 
                                  : output_only_kernel<ActT, Fmt, false>;
   };
   const auto kernel = variant(first_l2), tail_kernel = variant(first_l2_tail);
+  if (!Fmt::kFlushRows) ahead = 0;  // (nvfp4: rolling loads keep the next steps in flight; no L2 prefetch)
   const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess && tail_kernel != kernel)
