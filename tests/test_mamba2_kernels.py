@@ -339,17 +339,19 @@ def test_split_routes_at_other_launch_settings(monkeypatch, knob, value):
     test_split_routes_match_the_combined_kernel(monkeypatch, "none", BF16, 8, 64, 16)
 
 
-@pytest.mark.parametrize("lean, heads, L", [("0", "", 8), ("0", "", 32), ("1", "1", 8), ("1", "16", 8), ("1", "2", 32),
-                                             ("1", "", 3)])
-def test_split_routes_nvfp4_variants(monkeypatch, lean, heads, L):
+@pytest.mark.parametrize("lean, heads, L, act_dtype", [("0", "", 8, BF16), ("0", "", 32, BF16), ("1", "1", 8, BF16),
+                                                       ("1", "16", 8, BF16), ("1", "2", 32, BF16), ("1", "", 3, BF16),
+                                                       ("1", "", 32, F16), ("1", "4", 16, F16)])
+def test_split_routes_nvfp4_variants(monkeypatch, lean, heads, L, act_dtype):
     """The nvfp4 output-only kernel both ways (RSSM_NVFP4_LEAN): 80 registers with the window's ring x records read
-    from global memory (1, the default), at 1, 2 and 16 heads per block and L 3 / 8 / 32 (the window wrapping around
-    the ring at random origins), or 128 registers with the whole ring staged in shared memory (0): every buffer
-    bit-identical to the combined kernel's, y within two roundings."""
+    from global memory (1; the library's choice from 12 blocks per multiprocessor), at 1, 2, 4 and 16 heads per block
+    and L 3 / 8 / 16 / 32 (the window wrapping around the ring at random origins), bf16 and fp16 activations; or 128
+    registers with the whole ring staged in shared memory (0): every buffer bit-identical to the combined kernel's,
+    y within two roundings."""
     monkeypatch.setenv("RSSM_NVFP4_LEAN", lean)
     if heads:
         monkeypatch.setenv("RSSM_OO_HEADS", heads)
-    test_split_routes_match_the_combined_kernel(monkeypatch, "nvfp4", BF16, L, 64, 16)
+    test_split_routes_match_the_combined_kernel(monkeypatch, "nvfp4", act_dtype, L, 64, 16)
 
 
 @pytest.mark.parametrize("read_format, heads, first_l2", [("none", "8", "1"), ("none", "8", "0"), ("none", "4", "1"),
