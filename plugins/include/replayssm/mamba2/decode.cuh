@@ -731,10 +731,19 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
     // so a second wave delays it by a scan even when no row flushes (a block then takes its share of the flushing
     // rows in turn, as the blocks of later waves would have). At least ceil(batch / s_rows' capacity) blocks per
     // (group, chunk).
-    int per_sm = 0;
-    const cudaError_t occ = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, shape.warps * 32,
-                                                                           plan(shape).bytes);
+    // (the occupancy query once per device, launch configuration and host thread, not at every step)
+    thread_local int cached_device = -1, cached_threads = -1, cached_bytes = -1, per_sm = 0;
+    int device = 0;
+    cudaError_t occ = cudaGetDevice(&device);
     if (occ != cudaSuccess) return occ;
+    const int threads = shape.warps * 32, bytes = plan(shape).bytes;
+    if (device != cached_device || threads != cached_threads || bytes != cached_bytes) {
+      occ = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes);
+      if (occ != cudaSuccess) return occ;
+      cached_device = device;
+      cached_threads = threads;
+      cached_bytes = bytes;
+    }
     const long long wave = std::max(1LL, static_cast<long long>(per_sm) * sms / (p.ngroups * shape.chunks));
     rows = std::max(std::min(rows, wave), (static_cast<long long>(p.batch) + kMaxWarps * 32 - 1) / (kMaxWarps * 32));
   }
