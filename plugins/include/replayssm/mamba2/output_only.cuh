@@ -1,33 +1,37 @@
 // Mamba-2 ReplaySSM: the replay step's rows in the read route's own mapping. docs/mamba2.md has the maths,
 // docs/mamba2_log.md the measurements that chose it. The fp32 checkpoint (Fp32Read) takes every row here, flushing
-// ones included; with an nvfp4 read copy (Nvfp4Mma) flushing rows are skipped: decode.cuh's decode_kernel, in
-// flush-only mode, wrote them in a launch before this one (its quantiser works in the unit pipeline's mapping).
+// ones included; with an nvfp4 read copy (Nvfp4Mma, Nvfp4Lean) flushing rows are skipped: decode.cuh's
+// decode_kernel, in flush-only mode, wrote them in a launch before this one (its quantiser works in the unit
+// pipeline's mapping).
 //
 // Why a kernel of its own: the flush route needs the checkpoint in the unit pipeline's thread mapping (a thread
 // owns whole 16-byte vectors of its rows to rebuild and store them), and the combined kernel made the
 // output-only route live with that mapping, its per-unit prologue and its per-row epilogue. This route only reads:
 //   - One block per (batch row, group, chunk of `hpb` heads of the group). The prologue stages what depends on the
-//     ring (the group's B records, the chunk heads' x records), computes B_j·C and the window weights once, then
+//     ring (the group's B records, the chunk heads' x records; Nvfp4Lean reads the window's x records from global
+//     memory instead), computes B_j·C and the window weights once, then
 //     the part of each row's output that does not depend on the checkpoint, once per row:
 //         pre[r] = D x[r] + sum_pos coef_pos x_pos[r]   (coef_pos = w_j (B_j·C) by ring position, 0 outside)
 //         gate[r] = silu(z[r])
 //     and writes the current x into its ring record (coalesced, once per head).
 //   - Each warp then streams its rows of the read tile: y[r] = (abar (S0·C)[r] + pre[r]) gate[r], the lanes of
-//     a row (Fmt::kLanesPerRow: 8 for Fp32Read, 4 for Nvfp4Mma) summing their partials with shuffles. The first rows' loads are issued before the prologue (they depend on the slot
-//     only), so the prologue's latency hides behind them.
+//     a row (Fmt::kLanesPerRow: 8 for Fp32Read, 4 for the nvfp4 formats) summing their partials with shuffles. The
+//     first rows' loads are issued before the prologue (they depend on the slot only), so the prologue's latency
+//     hides behind them; the nvfp4 formats then load each step's successor into the registers it frees.
 //   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 16
 //     columns (the group's B records widened to fp32 in shared memory once per block), stored in place, then
 //     y = S·C + D x, gated. The same fp32 operations in the same order as decode.cuh's flush route, so the
 //     checkpoint is bit-identical to the combined kernel's; each block owns its heads' cursors, so both routes
 //     run in one launch with nothing racing on a cursor.
-//   - Nvfp4Mma skips a flushing head's rows (the flush launch wrote them). This launch writes every head's cursor
-//     (history + 1, or 0 for a flush head): the flush launch leaves the cursor alone so that both launches see
-//     the same history.
+//   - The nvfp4 formats skip a flushing head's rows (the flush launch wrote them). This launch writes every head's
+//     cursor (history + 1, or 0 for a flush head): the flush launch leaves the cursor alone so that both launches
+//     see the same history.
 // Read formats (Fmt):
 //   - Fp32Read: the fp32 checkpoint; 8 lanes per row (thirteenth session; 4 before, as GDN's output-only kernel),
 //     lane (h, cl) holding the 16 columns 16 m + 4 cl + e of the vectors m = 2 q + h (q < 4, e < 4), so that the
 //     eight lanes of a row read 128 contiguous bytes per load instruction.
-//   - Nvfp4Mma: the nvfp4 read copy on the tensor cores (mma.m16n8k16, codes widened to fp16; described below).
+//   - Nvfp4Mma / Nvfp4Lean: the nvfp4 read copy on the tensor cores (mma.m16n8k16, codes widened to fp16; described
+//     below), in 128 or 80 registers (decode.cuh nvfp4_lean chooses).
 // Same results as the combined kernel's output-only rows up to the order of fp32 sums; same writes.
 #pragma once
 #include <cuda_runtime.h>
