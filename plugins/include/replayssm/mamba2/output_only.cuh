@@ -66,10 +66,12 @@ constexpr int kMaxLen = 32;       // L of this route (one lane per ring record i
 struct Smem {
   int ring_B, ring_x, ring_dt, x, z, C, coef, gscale, pre, gate, w, B32, bytes;
 };
-// flush_rows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
-// records in fp32. ring_x: the heads' ring of x records is staged (else the window sums read it from global memory).
-__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes, bool flush_rows,
-                                            bool ring_x = true) {
+// Fmt::kFlushRows: the block rebuilds flushing heads' rows itself (Fp32Read), which needs w_j by record and the B
+// records in fp32. Fmt::kRingInSmem: the heads' ring of x records is staged (else the window sums read it from
+// global memory).
+template <typename Fmt>
+__host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_bytes) {
+  constexpr bool flush_rows = Fmt::kFlushRows, ring_x = Fmt::kRingInSmem;
   Smem s{};
   SmemBump bump;  // consecutive 16-byte-aligned regions
   s.ring_B = bump.take(L * kN * act_bytes);        // [L][N] the group's ring of B records
@@ -335,7 +337,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ __align__(16) char smem[];
-  const Smem sp = smem_layout(L, hpb, P, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem);
+  const Smem sp = smem_layout<Fmt>(L, hpb, P, sizeof(ActT));
   ActT* const rB_s = reinterpret_cast<ActT*>(smem + sp.ring_B);
   ActT* const rx_s = reinterpret_cast<ActT*>(smem + sp.ring_x);
   ActT* const x_s = reinterpret_cast<ActT*>(smem + sp.x);
@@ -697,8 +699,7 @@ inline int heads_per_block(const rssm_mamba2_decode_params& p, int smem_per_sm) 
   static const int overhead = block_smem_overhead(output_only_kernel<ActT, Fmt>);  // static arrays + reserved
   for (int hpb = kMaxHeads; hpb >= 1; hpb /= 2) {
     if (hpg % hpb || (hpb * p.head_dim) % kRowQuantum<Fmt>) continue;
-    const int bytes =
-        smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
+    const int bytes = smem_layout<Fmt>(p.buffer_len, hpb, p.head_dim, sizeof(ActT)).bytes;
     if (kBlocksPerSm<Fmt> * (bytes + overhead) <= smem_per_sm) return hpb;
   }
   return 0;
@@ -717,14 +718,14 @@ cudaError_t launch(const rssm_mamba2_decode_params& p, int hpb, int ahead, bool 
   };
   const auto kernel = variant(first_l2), tail_kernel = variant(first_l2_tail);
   if (!Fmt::kFlushRows) ahead = 0;  // (nvfp4: rolling loads keep the next steps in flight; no L2 prefetch)
-  const int bytes = smem_layout(p.buffer_len, hpb, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
+  const int bytes = smem_layout<Fmt>(p.buffer_len, hpb, p.head_dim, sizeof(ActT)).bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess && tail_kernel != kernel)
     err = cudaFuncSetAttribute(tail_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   const int hpg = p.nheads / p.ngroups;
   const auto shape = [&](int h) {
-    const int smem = smem_layout(p.buffer_len, h, p.head_dim, sizeof(ActT), Fmt::kFlushRows, Fmt::kRingInSmem).bytes;
+    const int smem = smem_layout<Fmt>(p.buffer_len, h, p.head_dim, sizeof(ActT)).bytes;
     return RowsLaunchShape{p.ngroups * (hpg / h), smem};
   };
   // The tail launch (decode_tiling.cuh output_only_tail_rows) for the format that rebuilds its flushing rows only.
