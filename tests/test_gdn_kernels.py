@@ -345,6 +345,35 @@ def test_conventional_kernel_matches_reference(dtypes, dims, kda):
         assert torch.equal(state[unused], before[unused]), f"step {step}: unused slots changed"
 
 
+@pytest.mark.parametrize("state_dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_conventional_step_over_several_waves(state_dtype):
+    """The conventional step at a serving shape (Qwen3.5-122B heads, 40 rows: several waves of its one-warp blocks
+    on any current GPU), rows on shuffled slots, padding or out of range: three steps follow the reference, every
+    live output is written and no other row's is, and slots no live row names are untouched."""
+    shape = GdnLayerShape(16, 64, 128, 128)
+    HV, V, K = shape.num_v_heads, shape.head_v_dim, shape.head_k_dim
+    batch, num_slots = 40, 48
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    assert batch * HV * V // 8 > 4 * 32 * sms  # one-warp blocks of 8 rows (Tiling), at most 32 resident per SM
+    state = (torch.randn(num_slots, HV, V, K, device=DEV) * 0.5).to(state_dtype)
+    ref_state = state.clone()
+    for step in range(3):
+        slots = slot_map(batch, num_slots, n_pad=3, device=DEV)
+        slots[7] = num_slots + 5  # out of range: skipped like padding
+        before = state.clone()
+        out = poisoned((batch, HV, V), BF16, DEV)
+        q, k, v, g, beta = _inputs(shape, batch, BF16)
+        gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, slot_idx=slots, out=out, **PREPARED)
+        live = (slots >= 0) & (slots < num_slots)
+        ref_slots = torch.where(live, slots, torch.full_like(slots, -1))
+        y_ref = gdn_conventional_decode_reference(ref_state, q, k, v, g, beta, ref_slots)
+        assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), f"step {step}: out rows"
+        assert rel_err(out[live], y_ref[live]) < tol(state_dtype, BF16), f"step {step}: y"
+        assert rel_err(state, ref_state) < tol(state_dtype, BF16), f"step {step}: state"
+        unused = [s for s in range(num_slots) if s not in set(slots[live].tolist())]
+        assert torch.equal(state[unused], before[unused]), f"step {step}: unused slots changed"
+
+
 @pytest.mark.parametrize("route", ["replay", "latency", "conventional"])
 def test_padding_and_out_of_range_rows_touch_nothing(route):
     """Rows with the pad id or a slot index outside [0, num_slots) are skipped: no output, no pool write; live

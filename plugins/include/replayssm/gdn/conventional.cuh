@@ -39,13 +39,9 @@ namespace gdn {
 // four warps holding two tiles each (116 registers, 16 resident warps), b512 1047.8 / 1049.1 against 1056.8 /
 // 1056.1, b1 4.4 against 4.6; four or two one-tile warps per block (also 64 registers) lose 1.5 % at b256.
 constexpr int kConventionalWarpsPerBlock = 4;
-constexpr int kConventionalStepWarpsPerBlock = 1;
-constexpr int kConventionalStepMinBlocksPerSm = 32;
-template <bool kReplay>
-constexpr int kWarpsPerBlock = kReplay ? kConventionalWarpsPerBlock : kConventionalStepWarpsPerBlock;
 // (K = 256 spills at 64 registers: no bound there.)
-template <bool kReplay, int K>
-constexpr int kMinBlocksPerSm = !kReplay && K <= 128 ? kConventionalStepMinBlocksPerSm : 0;
+template <int K>
+constexpr int kConventionalStepMinBlocksPerSm = K <= 128 ? 32 : 0;
 
 // The latency route's limit: a head's fp32 tiles (V K / 1024 of them) in blocks of four, each block owning a
 // cursor replica.
@@ -77,27 +73,84 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
   fold_ring_records<Tl>(s, hist, origin, L, w0, w1, ru, V, rk, K, col_lane);
 }
 
-template <typename StateT, typename ActT, int K, bool kReplay>
-__global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<kReplay, K>)
-    conventional_warp_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
+// The step on a warp's tile once its state is in registers (s, at st in the pool): S' = abar S; u = beta (v - S'k);
+// S = S' + u kᵀ; y = S q; stores S and the tile's rows of y. v_row: the v of the row this lane finishes.
+template <typename StateT, typename ActT, int K, bool kPlainStores>
+__device__ __forceinline__ void update_tile(const rssm_gdn_decode_params& p,
+                                            float (&s)[Tiling<StateT, K>::KI][Tiling<StateT, K>::NV]
+                                                      [Tiling<StateT, K>::VEC],
+                                            const float (&Kc)[Tiling<StateT, K>::NV][Tiling<StateT, K>::VEC],
+                                            const float (&Qc)[Tiling<StateT, K>::NV][Tiling<StateT, K>::VEC],
+                                            float abar, float beta, float v_row, StateT* st, int b, int hv, int tile,
+                                            int lane, float* s_urow) {
   using Tl = Tiling<StateT, K>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int SHARE = Tl::SHARE;
-  __shared__ float s_urow[kWarpsPerBlock<kReplay>][RW];  // u of each row of a warp
+  const int seg = lane / LPR;
+  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;
+  auto vec_off = [](int i, int c) { return i * RPI * K + c * LPR * VEC; };
+  auto lane_dot = [&](const float (&sv)[NV][VEC], const float (&x)[NV][VEC]) {
+    float acc = 0.f;
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc = fmaf(sv[c][e], x[c][e], acc);
+    return acc;
+  };
+  const int q = lane % SHARE;
 
-  // The slot index goes out first, and what does not depend on it is computed while it is in flight: the warp's
-  // head and tile, the key head (integer divisions), the addresses of k, q and v (their loads stand before the
-  // padding check in the source, so that this arithmetic does too; the sm_90 build of the fp32 checkpoint issues
-  // them after it, with the state's: a padding row may read its inputs, never the pool). Then the padding check,
-  // the cursor's words and the state, then the gates. With the slot's load waited for first, that build ran ~136
-  // instructions between its arrival and the state loads, ~30 now. Every load is issued before any branch on a
-  // loaded value but the padding check (issue_loads_here, as mamba2/conventional.cuh).
-  const int b = blockIdx.y;
-  const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
-  issue_loads_here();
+  // S' = e^g S;  u = beta (v - S'k)
+  float part[KI];
+#pragma unroll
+  for (int i = 0; i < KI; ++i) {
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
+    part[i] = lane_dot(s[i], Kc);
+  }
+  const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
+  const float uv = beta * (v_row - sk);
+  // Every lane of a row needs its u: through shared memory, within the warp.
+  if (q == 0) s_urow[my_row] = uv;
+  __syncwarp();
+  // S = S' + u kᵀ;  y = S q;  store S
+#pragma unroll
+  for (int i = 0; i < KI; ++i) {
+    const float ui = s_urow[i * RPI + seg];
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(ui, Kc[c][e], s[i][c][e]);
+    part[i] = lane_dot(s[i], Qc);
+#pragma unroll
+    for (int c = 0; c < NV; ++c) {
+      if constexpr (kPlainStores)
+        *reinterpret_cast<uint4*>(st + vec_off(i, c)) = pack<StateT, VEC>(s[i][c]);  // WRITES state
+      else
+        store_stream(st + vec_off(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
+    }
+  }
+  const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
+  if (q == 0) {
+    ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride;
+    yg[tile * RW + my_row] = from_float<ActT>(yv);  // WRITES y[b, hv, row]
+  }
+}
+
+// One warp's (batch row b, unit) of the step: unit = (value head, tile of RW rows); slot_word the row's slot (or
+// padding; the latency route's load of it may still be in flight), s_urow the warp's RW floats of shared memory.
+// What does not depend on the slot is computed first: the warp's head and tile, the key head (integer divisions),
+// the addresses of k, q and v (their loads stand before the padding check in the source, so that this arithmetic
+// does too: a padding row may read its inputs, never the pool). Then the padding check, the cursor's words and the
+// state, then the gates. Every load is issued before any branch on a loaded value but the padding check
+// (issue_loads_here, as mamba2/conventional.cuh).
+template <typename StateT, typename ActT, int K, bool kReplay>
+__device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& p, int b, int unit, int slot_word,
+                                                  int warp, int lane, float* s_urow) {
+  using Tl = Tiling<StateT, K>;
+  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   const int HV = p.num_v_heads, V = p.head_v_dim, tiles = V / RW;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int unit = blockIdx.x * kWarpsPerBlock<kReplay> + warp;  // (value head, tile) of this warp
   const int hv = unit / tiles, tile = unit - hv * tiles;
   if (hv >= HV) return;
   const int kh = hv / (HV / p.num_k_heads);
@@ -164,60 +217,58 @@ __global__ void __launch_bounds__(kWarpsPerBlock<kReplay> * 32, kMinBlocksPerSm<
           cur[r * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = 0;
     }
   }
-  auto lane_dot = [&](const float (&sv)[NV][VEC], const float (&x)[NV][VEC]) {
-    float acc = 0.f;
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc = fmaf(sv[c][e], x[c][e], acc);
-    return acc;
-  };
-  const int q = lane % SHARE;
-
-  // S' = e^g S;  u = beta (v - S'k)
-  float part[KI];
-#pragma unroll
-  for (int i = 0; i < KI; ++i) {
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
-    part[i] = lane_dot(s[i], Kc);
-  }
-  const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-  const float uv = beta * (v_row - sk);
-  // Every lane of a row needs its u: through shared memory, within the warp.
-  if (q == 0) s_urow[warp][my_row] = uv;
-  __syncwarp();
-  // S = S' + u kᵀ;  y = S q;  store S
-#pragma unroll
-  for (int i = 0; i < KI; ++i) {
-    const float ui = s_urow[warp][i * RPI + seg];
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(ui, Kc[c][e], s[i][c][e]);
-    part[i] = lane_dot(s[i], Qc);
-#pragma unroll
-    for (int c = 0; c < NV; ++c) store_stream(st + vec_off(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
-  }
-  const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-  if (q == 0) {
-    ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride;
-    yg[tile * RW + my_row] = from_float<ActT>(yv);  // WRITES y[b, hv, row]
-  }
+  update_tile<StateT, ActT, K, !kReplay>(p, s, Kc, Qc, abar, beta, v_row, st, b, hv, tile, lane, s_urow);
 }
 
-// Host launch of the conventional step (params already validated): one warp per (value head, tile of RW rows),
-// kWarpsPerBlock warps per block, one grid row per batch row. kReplay: the latency route over
-// a ReplaySSM pool (fp32 checkpoint, scalar decay; see the header comment).
-template <typename StateT, typename ActT, int K, bool kReplay = false>
-cudaError_t launch_conventional_warp(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  using Tl = Tiling<StateT, K>;
-  constexpr int W = kWarpsPerBlock<kReplay>;
-  const int units = p.num_v_heads * (p.head_v_dim / Tl::RW);
-  const dim3 grid((units + W - 1) / W, p.batch);
-  conventional_warp_kernel<StateT, ActT, K, kReplay><<<grid, W * 32, 0, stream>>>(p);
+
+// The latency route: one launch over (value head, tile) x batch row, blocks of four warps (one cursor replica each).
+// The slot index goes out first, and what does not depend on it is computed while it is in flight (above).
+template <typename StateT, typename ActT, int K>
+__global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
+    latency_route_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
+  __shared__ float s_urow[kConventionalWarpsPerBlock][Tiling<StateT, K>::RW];
+  const int b = blockIdx.y;
+  const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
+  issue_loads_here();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  conventional_tile<StateT, ActT, K, true>(p, b, blockIdx.x * kConventionalWarpsPerBlock + warp, slot_word, warp,
+                                           lane, s_urow[warp]);
+}
+
+// The conventional step: one warp per block and tile, one grid row per batch row (the blocks of consecutive units
+// of a row are dispatched in order, so the tiles in flight at a time are consecutive in memory); plain state stores
+// (the latency route keeps streaming ones). H200, seventeenth session, Qwen3.5-122B, fp32 state, two passes
+// (benchmarks/ab_session17.md): plain stores b256 526.1 / 525.8 us against 528.0 / 528.1 streaming, b512 -0.4 %.
+// Lost there: persistent warps walking tiles t, t + grid (next slot index loaded ahead; +12-17 %, +30 % with a
+// bulk L2 prefetch of the next tile), two adjacent tiles per warp with the second staged in shared memory by
+// cp.async or a bulk copy (+4-5 %), L2 evict-first loads or L1 no-allocate loads (+2-4 %). Stores with an L2
+// evict-last policy gained 0.2-0.6 % on the step but leave the written state at the highest eviction priority
+// in L2 for the kernels after it: not taken.
+template <typename StateT, typename ActT, int K>
+__global__ void __launch_bounds__(32, kConventionalStepMinBlocksPerSm<K>)
+    conventional_step_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
+  __shared__ float s_urow[Tiling<StateT, K>::RW];
+  const int b = blockIdx.y;
+  const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
+  issue_loads_here();
+  conventional_tile<StateT, ActT, K, false>(p, b, blockIdx.x, slot_word, 0, threadIdx.x, s_urow);
+}
+
+// Host launches (params already validated). The latency route: one block of four warps per (4 units, batch row),
+// over a ReplaySSM pool (fp32 checkpoint, scalar decay; see the header comment). The conventional step: one
+// one-warp block per (unit, batch row).
+template <typename StateT, typename ActT, int K>
+cudaError_t launch_latency_route(const rssm_gdn_decode_params& p, cudaStream_t stream) {
+  const int units = p.num_v_heads * (p.head_v_dim / Tiling<StateT, K>::RW);
+  const dim3 grid((units + kConventionalWarpsPerBlock - 1) / kConventionalWarpsPerBlock, p.batch);
+  latency_route_kernel<StateT, ActT, K><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename StateT, typename ActT, int K>
+cudaError_t launch_conventional_step(const rssm_gdn_decode_params& p, cudaStream_t stream) {
+  const dim3 grid(p.num_v_heads * (p.head_v_dim / Tiling<StateT, K>::RW), p.batch);
+  conventional_step_kernel<StateT, ActT, K><<<grid, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -715,7 +715,7 @@ cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) 
       if constexpr (std::is_same_v<StateT, float>)
         if (p.latency_route_bytes > 0 && latency_route_fits(p.head_v_dim, K) &&
             static_cast<int64_t>(p.batch) * p.num_v_heads * p.head_v_dim * K * 4 <= p.latency_route_bytes)
-          return launch_conventional_warp<StateT, ActT, K, true>(p, stream);
+          return launch_latency_route<StateT, ActT, K>(p, stream);
       if constexpr (kSplitRoute<StateT, ActT, K>) {
         int smem_per_sm = 0, sms = 0;
         cudaError_t err = device_smem_per_sm(smem_per_sm);
@@ -731,7 +731,7 @@ cudaError_t launch_decode(const rssm_gdn_decode_params& p, cudaStream_t stream) 
     // bit-identical to launch_mode<..., false, false>; with in-kernel q/k preparation or raw gates, the
     // pipelined kernel, which implements them.
     if (p.qk_flags == 0 && p.gate_mode == RSSM_GDN_GATES_PRECOMPUTED)
-      return launch_conventional_warp<StateT, ActT, K>(p, stream);
+      return launch_conventional_step<StateT, ActT, K>(p, stream);
     return launch_mode<StateT, ActT, K, false, false>(p, stream);
   }
 }
