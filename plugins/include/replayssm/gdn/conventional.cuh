@@ -73,83 +73,20 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
   fold_ring_records<Tl>(s, hist, origin, L, w0, w1, ru, V, rk, K, col_lane);
 }
 
-// The step on a warp's tile once its state is in registers (s, at st in the pool): S' = abar S; u = beta (v - S'k);
-// S = S' + u kᵀ; y = S q; stores S and the tile's rows of y. v_row: the v of the row this lane finishes.
-template <typename StateT, typename ActT, int K, bool kPlainStores>
-__device__ __forceinline__ void update_tile(const rssm_gdn_decode_params& p,
-                                            float (&s)[Tiling<StateT, K>::KI][Tiling<StateT, K>::NV]
-                                                      [Tiling<StateT, K>::VEC],
-                                            const float (&Kc)[Tiling<StateT, K>::NV][Tiling<StateT, K>::VEC],
-                                            const float (&Qc)[Tiling<StateT, K>::NV][Tiling<StateT, K>::VEC],
-                                            float abar, float beta, float v_row, StateT* st, int b, int hv, int tile,
-                                            int lane, float* s_urow) {
-  using Tl = Tiling<StateT, K>;
-  constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
-  constexpr int SHARE = Tl::SHARE;
-  const int seg = lane / LPR;
-  const int my_row = scattered_instr<KI, LPR>(lane) * RPI + seg;
-  auto vec_off = [](int i, int c) { return i * RPI * K + c * LPR * VEC; };
-  auto lane_dot = [&](const float (&sv)[NV][VEC], const float (&x)[NV][VEC]) {
-    float acc = 0.f;
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc = fmaf(sv[c][e], x[c][e], acc);
-    return acc;
-  };
-  const int q = lane % SHARE;
-
-  // S' = e^g S;  u = beta (v - S'k)
-  float part[KI];
-#pragma unroll
-  for (int i = 0; i < KI; ++i) {
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
-    part[i] = lane_dot(s[i], Kc);
-  }
-  const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-  const float uv = beta * (v_row - sk);
-  // Every lane of a row needs its u: through shared memory, within the warp.
-  if (q == 0) s_urow[my_row] = uv;
-  __syncwarp();
-  // S = S' + u kᵀ;  y = S q;  store S
-#pragma unroll
-  for (int i = 0; i < KI; ++i) {
-    const float ui = s_urow[i * RPI + seg];
-#pragma unroll
-    for (int c = 0; c < NV; ++c)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(ui, Kc[c][e], s[i][c][e]);
-    part[i] = lane_dot(s[i], Qc);
-#pragma unroll
-    for (int c = 0; c < NV; ++c) {
-      if constexpr (kPlainStores)
-        *reinterpret_cast<uint4*>(st + vec_off(i, c)) = pack<StateT, VEC>(s[i][c]);  // WRITES state
-      else
-        store_stream(st + vec_off(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
-    }
-  }
-  const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
-  if (q == 0) {
-    ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride;
-    yg[tile * RW + my_row] = from_float<ActT>(yv);  // WRITES y[b, hv, row]
-  }
-}
-
 // One warp's (batch row b, unit) of the step: unit = (value head, tile of RW rows); slot_word the row's slot (or
 // padding; the latency route's load of it may still be in flight), s_urow the warp's RW floats of shared memory.
 // What does not depend on the slot is computed first: the warp's head and tile, the key head (integer divisions),
 // the addresses of k, q and v (their loads stand before the padding check in the source, so that this arithmetic
 // does too: a padding row may read its inputs, never the pool). Then the padding check, the cursor's words and the
 // state, then the gates. Every load is issued before any branch on a loaded value but the padding check
-// (issue_loads_here, as mamba2/conventional.cuh).
+// (issue_loads_here, as mamba2/conventional.cuh). The conventional step stores the state with plain stores, the
+// latency route with streaming ones (conventional_step_kernel below).
 template <typename StateT, typename ActT, int K, bool kReplay>
 __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& p, int b, int unit, int slot_word,
                                                   int warp, int lane, float* s_urow) {
   using Tl = Tiling<StateT, K>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
+  constexpr int SHARE = Tl::SHARE;
   const int HV = p.num_v_heads, V = p.head_v_dim, tiles = V / RW;
   const int hv = unit / tiles, tile = unit - hv * tiles;
   if (hv >= HV) return;
@@ -217,7 +154,53 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
           cur[r * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY] = 0;
     }
   }
-  update_tile<StateT, ActT, K, !kReplay>(p, s, Kc, Qc, abar, beta, v_row, st, b, hv, tile, lane, s_urow);
+  auto lane_dot = [&](const float (&sv)[NV][VEC], const float (&x)[NV][VEC]) {
+    float acc = 0.f;
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc = fmaf(sv[c][e], x[c][e], acc);
+    return acc;
+  };
+  const int q = lane % SHARE;
+
+  // S' = e^g S;  u = beta (v - S'k)
+  float part[KI];
+#pragma unroll
+  for (int i = 0; i < KI; ++i) {
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][c][e] *= abar;
+    part[i] = lane_dot(s[i], Kc);
+  }
+  const float sk = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
+  const float uv = beta * (v_row - sk);
+  // Every lane of a row needs its u: through shared memory, within the warp.
+  if (q == 0) s_urow[my_row] = uv;
+  __syncwarp();
+  // S = S' + u kᵀ;  y = S q;  store S
+#pragma unroll
+  for (int i = 0; i < KI; ++i) {
+    const float ui = s_urow[i * RPI + seg];
+#pragma unroll
+    for (int c = 0; c < NV; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i][c][e] = fmaf(ui, Kc[c][e], s[i][c][e]);
+    part[i] = lane_dot(s[i], Qc);
+#pragma unroll
+    for (int c = 0; c < NV; ++c) {
+      if constexpr (!kReplay)  // plain stores (see the comment above)
+        *reinterpret_cast<uint4*>(st + vec_off(i, c)) = pack<StateT, VEC>(s[i][c]);  // WRITES state
+      else
+        store_stream(st + vec_off(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
+    }
+  }
+  const float yv = group_sum<SHARE>(reduce_scatter<KI, LPR>(part));
+  if (q == 0) {
+    ActT* yg = static_cast<ActT*>(p.y) + b * p.y_batch_stride + hv * p.y_head_stride;
+    yg[tile * RW + my_row] = from_float<ActT>(yv);  // WRITES y[b, hv, row]
+  }
 }
 
 
