@@ -268,15 +268,18 @@ def test_replay_step_captured_in_cuda_graph(latency_route_bytes):
         assert torch.equal(pool.cursor, ref.cursor)
 
 
-def _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots):
+def _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots, out_pad=0):
     """One replay step on each pool, `split` through output_only.cuh's mapping and `combined` through the combined
-    kernel (RSSM_ROUTES forces each), outputs poisoned first; returns both outputs after a device sync."""
+    kernel (RSSM_ROUTES forces each), outputs poisoned first; returns both outputs after a device sync. out_pad > 0:
+    each output is a view whose heads lie head_dim + out_pad elements apart, the gaps checked untouched."""
     outs = []
     for pool, routes in ((split, "split"), (combined, "combined")):
         monkeypatch.setenv("RSSM_ROUTES", routes)
-        out = torch.full_like(x, float("nan"))
+        big = torch.full((*x.shape[:2], x.shape[2] + out_pad), float("nan"), dtype=x.dtype, device=x.device)
+        out = big[..., :x.shape[2]]
         replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots, out=out)
         outs.append(out)
+        assert torch.isnan(big[..., x.shape[2]:]).all(), f"{routes}: y written between heads"
     torch.cuda.synchronize()
     return outs
 
@@ -284,7 +287,8 @@ def _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bia
 @pytest.mark.parametrize("read_format", ["none", "nvfp4"])
 @pytest.mark.parametrize("act_dtype, L, P, heads_per_group", [(BF16, 8, 64, 16), (BF16, 32, 64, 8), (F16, 16, 128, 4),
                                                                (BF16, 5, 80, 8)])
-def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dtype, L, P, heads_per_group):
+def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dtype, L, P, heads_per_group,
+                                                out_pad=0):
     """The replay step in output_only.cuh's mapping (fp32: one launch, flushing rows rebuilt there; nvfp4: the
     flush-only launch first) against the combined kernel (RSSM_ROUTES forces either) on identical pools over 2L+3
     steps, with cursors desynchronised per group (rows mixing flushing and output-only groups; a group's heads
@@ -312,7 +316,7 @@ def test_split_routes_match_the_combined_kernel(monkeypatch, read_format, act_dt
         x, dt, B, C, z = step_inputs(shape, batch, act_dtype, dev)
         if step % 2:
             x, z = _wide(x, 3), _wide(z, 1)
-        outs = _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots)
+        outs = _step_both_routes(monkeypatch, split, combined, x, dt, B, C, A, D, z, dt_bias, slots, out_pad)
         live = slots >= 0
         assert torch.isnan(outs[0][~live]).all(), f"step {step}: padded row written"
         assert not torch.isnan(outs[0][live]).any(), f"step {step}: output not fully written"
@@ -352,6 +356,16 @@ def test_split_routes_nvfp4_variants(monkeypatch, lean, heads, L, act_dtype):
     if heads:
         monkeypatch.setenv("RSSM_OO_HEADS", heads)
     test_split_routes_match_the_combined_kernel(monkeypatch, "nvfp4", act_dtype, L, 64, 16)
+
+
+@pytest.mark.parametrize("lean", ["0", "1"])
+@pytest.mark.parametrize("out_pad", [1, 8])
+def test_split_routes_nvfp4_output_views(monkeypatch, lean, out_pad):
+    """The nvfp4 output-only kernel writes a lane's consecutive rows of y together where y's address and head stride
+    allow (16 or 8 bytes) and one by one otherwise: y as a view whose heads lie head_dim + 1 elements apart (every
+    row but the first misaligned) or head_dim + 8 (aligned), both variants; the gaps between heads untouched."""
+    monkeypatch.setenv("RSSM_NVFP4_LEAN", lean)
+    test_split_routes_match_the_combined_kernel(monkeypatch, "nvfp4", BF16, 8, 64, 16, out_pad=out_pad)
 
 
 @pytest.mark.parametrize("read_format, heads, first_l2", [("none", "8", "1"), ("none", "8", "0"), ("none", "4", "1"),

@@ -17,7 +17,12 @@
 //   - Each warp then streams its rows of the read tile: y[r] = (abar (S0·C)[r] + pre[r]) gate[r], the lanes of
 //     a row (Fmt::kLanesPerRow: 8 for Fp32Read, 4 for the nvfp4 formats) summing their partials with shuffles. The
 //     first rows' loads are issued before the prologue (they depend on the slot only), so the prologue's latency
-//     hides behind them; the nvfp4 formats then load each step's successor into the registers it frees.
+//     hides behind them.
+//   - The nvfp4 formats take the rows first: once C is in shared memory, each warp streams its rows (loading each
+//     step's successor into the registers it frees) and keeps every row's dot in shared memory; then the ring
+//     prologue above, whose loads have arrived meanwhile, and per lane a few consecutive rows of a head: pre, the
+//     gate and y together. (H200, Super b256 L16, one run: non-flush 78.2 / 78.1 us against 85.6 / 86.0 with the
+//     prologue first; benchmarks/ab_session18.md.)
 //   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 16
 //     columns (the group's B records widened to fp32 in shared memory once per block), stored in place, then
 //     y = S·C + D x, gated. The same fp32 operations in the same order as decode.cuh's flush route, so the
@@ -81,9 +86,9 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   s.z = bump.take(heads * P * act_bytes);           // [heads * P]
   s.C = bump.take(kN * 4);                          // [N] fp32
   s.coef = bump.take(heads * L * 4);                // [heads][L] w_j (B_j·C) by ring position
-  s.gscale = bump.take(heads * P);  // [heads * P / kNvfp4Rows] fp32 group scales (nvfp4; 4 rows), then row factors
-  s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum
-  s.gate = bump.take(heads * P * 4);                // [heads * P] silu(z), or 1
+  s.gscale = bump.take(heads * P);  // [heads * P / kNvfp4Rows] fp32 group scales (nvfp4; 4 rows)
+  s.pre = bump.take(heads * P * 4);                 // [heads * P] D x + the window's sum; nvfp4: the rows' dots
+  s.gate = bump.take(flush_rows ? heads * P * 4 : 0);  // [heads * P] silu(z), or 1 (Fp32Read)
   s.w = bump.take(flush_rows ? heads * L * 4 : 0);  // [heads][L] w_j by record j (flush rows)
   s.B32 = bump.take(flush_rows ? (L + 1) * kN * 4 : 0);  // [L + 1][N] fp32 B records by position, the current at L
   s.bytes = bump.off;
@@ -95,7 +100,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
 // row's kLanesPerRow lanes are consecutive, so its partials sum with log2(kLanesPerRow) shuffles (row_sum).
 // lane_base() takes the warp's first row (a global row index: (slot, head, row) flattened) and load() a warp step
 // from it; dot() gives the lane's partial dots (nvfp4: block scales applied; the group scale, 2^6 / sC and abar
-// come after the rows' sums, as one factor per group of 4 rows that the window-sum loop forms).
+// come after the rows' sums, as one factor per group of 4 rows in the rows' loop after the ring prologue).
 
 struct Fp32Read {
   static constexpr int kLanesPerRow = 8, kRows = 32 / kLanesPerRow, kRowsPerLane = 1, kBatch = 16 / kRows;
@@ -166,13 +171,13 @@ struct Fp32Read {
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
 //
-// kLean (Nvfp4Lean): 80 registers (batches of two steps) for six blocks of four warps per multiprocessor, and no ring
+// kLean (Nvfp4Lean): 80 registers (batches of three steps) for six blocks of four warps per multiprocessor, and no ring
 // of x records in shared memory (the window sums read the window's records from global memory, asked of L2 once the
 // cursor is known, 16 bytes per lane and record): the shared memory of a 16-head block drops from ~53 to ~21 KB.
 // Otherwise (Nvfp4Mma) 128 registers, batches of four steps, four blocks per multiprocessor, the whole ring staged.
 template <bool kLean>
 struct Nvfp4MmaT {
-  static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 2 : 4;
+  static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 3 : 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
   // by the codes, and smaller blocks overlap more prologues. H200, one run, Super b256 L16: 137.1 us against 158.5
   // with eight warps (fp32 reads: 289.5 against 287.0, so they keep eight; benchmarks/ab_block_warps.md).
@@ -193,7 +198,10 @@ struct Nvfp4MmaT {
 #pragma unroll
     for (int e = 0; e < kN / 32; ++e) m = fmaxf(m, fabsf(C_s[lane * (kN / 32) + e]));
     m = group_max<32>(m);
-    const float sC = m > 0.f ? exp2f(fminf(floorf(log2f(32768.f / m)), 126.f)) : 1.f;
+    // sC = 2^k, k = min(floor(log2(2^15 / m)), 126), from m's bits: m = 2^e (1 + f) gives k = 15 - e, less one
+    // where f > 0 (an fp32 subnormal m only gives k > 126).
+    const int mb = __float_as_int(m), k = min(15 - ((mb >> 23) - 127) - ((mb & 0x7fffff) != 0), 126);
+    const float sC = m > 0.f ? __int_as_float((k + 127) << 23) : 1.f;
     const int g = lane / 4, c = lane % 4;
     Ctx x;
 #pragma unroll
@@ -305,6 +313,81 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
     float4* const dst = reinterpret_cast<float4*>(row + Fp32Read::kRows * k * kN) + lane % 8;
 #pragma unroll
     for (int q = 0; q < 4; ++q) __stcs(dst + q * 8, s[k].v[q]);
+  }
+}
+
+// B_j·C for the ring positions j0 .. j0 + 15 (< L) of the group's ring of B records (rB, [L][N], the activation
+// dtype) on the tensor cores, one warp: m16n8k16 with A = the 16 records (rows past L - 1 zero) and B = C in column
+// 0 (lanes 0-3 hold it, the other columns are zero), eight MMAs over N = 128 with fp32 accumulation; the products
+// are exact (C came from the activation dtype), the sum differs from an fp32 FMA chain by its order. Lanes 4 g
+// write positions j0 + g and j0 + g + 8 of bc.
+template <typename ActT>
+__device__ __forceinline__ void bc_ring_mma(const ActT* rB, const float* C, int L, int j0, int lane, float* bc) {
+  static_assert(sizeof(ActT) == 2, "16-bit records");
+  const int g = lane / 4, t = lane % 4, r0 = j0 + g, r1 = j0 + g + 8;
+  const uint32_t* const a_lo = reinterpret_cast<const uint32_t*>(rB + r0 * kN) + t;
+  const uint32_t* const a_hi = reinterpret_cast<const uint32_t*>(rB + r1 * kN) + t;
+  const auto pair = [](float lo, float hi) {  // two values of the activation dtype (exact), as one word
+    Packed<ActT, 2> q;
+    q.v[0] = from_float<ActT>(lo);
+    q.v[1] = from_float<ActT>(hi);
+    return reinterpret_cast<const uint32_t&>(q);
+  };
+  float d[4] = {};
+#pragma unroll
+  for (int kc = 0; kc < kN / 16; ++kc) {  // columns 16 kc .. 16 kc + 15: words 8 kc + t, 8 kc + t + 4 of a row
+    uint32_t a[4];
+    a[0] = r0 < L ? a_lo[8 * kc] : 0u;
+    a[1] = r1 < L ? a_hi[8 * kc] : 0u;
+    a[2] = r0 < L ? a_lo[8 * kc + 4] : 0u;
+    a[3] = r1 < L ? a_hi[8 * kc + 4] : 0u;
+    const float* const c = C + 16 * kc + 2 * t;
+    const uint32_t b0 = g == 0 ? pair(c[0], c[1]) : 0u, b1 = g == 0 ? pair(c[8], c[9]) : 0u;
+    if constexpr (std::is_same_v<ActT, __nv_bfloat16>)
+      mma_bf16_m16n8k16(d, a, b0, b1);
+    else
+      mma_f16_m16n8k16(d, a, b0, b1);
+  }
+  if (t == 0) {  // column 0: d[0] row g, d[2] row g + 8
+    if (r0 < L) bc[r0] = d[0];
+    if (r1 < L) bc[r1] = d[2];
+  }
+}
+
+// The window's sum for R consecutive rows of a head: w += sum over the ring's positions of coef_pos x_pos, the
+// current token included; v = the current x. coef: the head's coef by position; rx: the head's ring of x records
+// at the first row (position 0); x: the current x of the first row. kRingInSmem: rx is the staged ring (every
+// position, coef 0 outside the window); otherwise the pool's ring, read by record 0 .. hist - 1 (none for a
+// flushing head, hist = L - 1), the current x last with the coef at its position. With nvfp4 a lane takes 4
+// consecutive rows of a head (Nvfp4Lean 8; P is a multiple of 16): one 8-byte (16-byte) read per ring record, each
+// row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds a batch (16 rows) of
+// fp32 state in registers through this loop, and 4 rows spill).
+template <int R, bool kRingInSmem, typename ActT>
+__device__ __forceinline__ void window_sum(const float* coef, const ActT* rx, const ActT* x, int L, int P, int hist,
+                                           int origin, float (&w)[R], float (&v)[R]) {
+  if constexpr (kRingInSmem) {
+    for (int pos = 0; pos < L; ++pos, rx += P) {  // (advanced by a record per position: no multiply per record)
+      load_vec<ActT, R>(rx, v);
+      const float c = coef[pos];
+#pragma unroll
+      for (int e = 0; e < R; ++e) w[e] = fmaf(c, v[e], w[e]);
+    }
+    load_vec<ActT, R>(x, v);
+  } else {
+    if (hist < L - 1) {
+#pragma unroll 8
+      for (int j = 0; j < hist; ++j) {
+        const int pos = ring_pos(origin, j, L);
+        load_vec<ActT, R>(rx + pos * P, v);
+        const float c = coef[pos];
+#pragma unroll
+        for (int e = 0; e < R; ++e) w[e] = fmaf(c, v[e], w[e]);
+      }
+    }
+    load_vec<ActT, R>(x, v);
+    const float c = coef[ring_pos(origin, hist, L)];
+#pragma unroll
+    for (int e = 0; e < R; ++e) w[e] = fmaf(c, v[e], w[e]);
   }
 }
 
@@ -445,10 +528,48 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     for (int h = threadIdx.x; h < H; h += blockDim.x)
       row_has_flush |= clamp_history(p.cursor[((static_cast<int64_t>(slot) * H + h) * RSSM_CURSOR_REPLICAS) *
                                                 RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L) == L - 1;
+  typename Fmt::Ctx ctx;
+  if constexpr (kNvfp4) {
+    // The rows first: once C is in shared memory (a block barrier; the ring prologue's loads stay in flight), the
+    // warp's B fragments, then its steps in order, each 16 rows of one head (P is a multiple of 16), with rolling
+    // loads: step s + kBatch goes into the registers step s is done with, so that a warp always has steps of rows in
+    // flight. Rows g and g + 8 of lane (g, c) are reduce-scattered over the row's four lanes: lanes c < 2 end with
+    // row g's sum, c >= 2 with row g + 8's, and lanes 0 and 2 of the four keep the row's dot (pre_s). A flushing
+    // head's rows are read and summed too (the flush launch may be rewriting them) and skipped below.
+    __syncthreads();
+    ctx = Fmt::context(C_s, lane);
+    {
+      const bool hi = lane & 2;
+      int lrow = warp * rpw + lane / kLanesPerRow + (hi ? kRows / 2 : 0);  // the lane's row in the block
+      typename Fmt::Lane next = Fmt::advance(lane_src, kBatch);
+      for (int s0 = 0; s0 < steps; s0 += kBatch) {
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int s = s0 + k;
+          if (s >= steps) break;
+          float part[RPL];
+          Fmt::dot(regs[k], ctx, lane, part);
+          float v = (hi ? part[1] : part[0]) + __shfl_xor_sync(0xffffffffu, hi ? part[0] : part[1], 2);
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          if ((lane & 1) == 0) pre_s[lrow] = v;
+          if (s + kBatch < steps) {
+            regs[k] = Fmt::load(next, 0);
+            next = Fmt::advance(next, 1);
+          }
+          lrow += kRows;
+        }
+      }
+    }
+  }
   cp_async_wait_group<0>();
   row_has_flush = __syncthreads_or(row_has_flush);
-  // B·C of every ring position (by position) and of the current token (index L): a warp per position.
-  for (int j = warp; j <= L; j += kWarps) {
+  // B·C of every ring position (by position) and of the current token (index L). nvfp4: the ring's records on the
+  // tensor cores, warp t taking positions 16 t .. 16 t + 15 (bc_ring_mma), and the current token by the last warp
+  // as below; Fp32Read: a warp per position.
+  if constexpr (kNvfp4) {
+    if (warp * 16 < L) bc_ring_mma(rB_s, C_s, L, warp * 16, lane, s_bc);
+  }
+  for (int j = kNvfp4 ? (warp == kWarps - 1 ? L : L + 1) : warp; j <= L; j += kWarps) {
     float d = 0.f;
 #pragma unroll
     for (int e = 0; e < kN / 32; ++e) {
@@ -497,109 +618,60 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     }
   }
   __syncthreads();
-  // Per row, once: pre = D x + the window's sum over the ring (the current token included), gate = silu(z). With
-  // nvfp4 a lane takes 4 consecutive rows of a head (Nvfp4Lean 8; P is a multiple of 16): one 8-byte (16-byte) read
-  // per ring record, each row's sum in the same order as one row at a time (Fp32Read keeps one row per lane: it holds
-  // a batch (16 rows) of fp32 state in registers through this loop, and 4 rows spill). Each warp its own rows, the
-  // only ones it reads below (flushing or not): a warp barrier, not a block barrier. nvfp4: each group of 4 rows of
-  // the lane shares one group scale of the copy, which becomes the rows' factor abar 2^6 / sC times that scale (the
-  // warp's B fragments, and sC with them, are formed first).
-  typename Fmt::Ctx ctx;  // (Fp32Read: C in 16 registers, formed after this loop; reloaded after a flush, below)
-  if constexpr (kNvfp4) ctx = Fmt::context(C_s, lane);
+  // The window sums (window_sum, above the kernel): kPreRows rows per lane, the ring of x records they read.
   constexpr int kPreRows = kNvfp4 ? (Fmt::kRingInSmem ? 4 : 8) : 1;
-  for (int lrow = warp * rpw + kPreRows * lane; lrow < (warp + 1) * rpw; lrow += kPreRows * 32) {
-    const int hh = lrow / P, r = lrow - hh * P;
-    const float* coef = coef_s + hh * L;
-    float w[kPreRows] = {}, v[kPreRows];
-    if constexpr (Fmt::kRingInSmem) {
-      const ActT* rx = rx_s + hh * L * P + r;  // advanced by a record per position (no multiply per record)
-      for (int pos = 0; pos < L; ++pos, rx += P) {
-        load_vec<ActT, kPreRows>(rx, v);
-        const float c = coef[pos];
-#pragma unroll
-        for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
-      }
-      load_vec<ActT, kPreRows>(x_s + lrow, v);
-    } else {
-      // The window only, by record: 0 .. hist - 1 from the pool's ring (this launch writes none of them), the
-      // current x last; a flushing head's rows are skipped (none).
-      const int hist = s_hist[hh], origin = s_origin[hh];
-      if (hist < L - 1) {
-        const ActT* const rx = ring_x + (sh0 + hh) * L * P + r;
-#pragma unroll 8
-        for (int j = 0; j < hist; ++j) {
-          const int pos = ring_pos(origin, j, L);
-          load_vec<ActT, kPreRows>(rx + pos * P, v);
-          const float c = coef[pos];
-#pragma unroll
-          for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
-        }
-      }
-      load_vec<ActT, kPreRows>(x_s + lrow, v);
-      const float c = coef[ring_pos(origin, hist, L)];
-#pragma unroll
-      for (int e = 0; e < kPreRows; ++e) w[e] = fmaf(c, v[e], w[e]);
-    }
-    float pre[kPreRows], gate[kPreRows];
-#pragma unroll
-    for (int e = 0; e < kPreRows; ++e) pre[e] = fmaf(s_D[hh], v[e], w[e]);
-    if (z_b) load_vec<ActT, kPreRows>(z_s + lrow, v);
-#pragma unroll
-    for (int e = 0; e < kPreRows; ++e) gate[e] = z_b ? silu_gate(v[e]) : 1.f;
-    store_vec<float, kPreRows>(pre_s + lrow, pre);
-    store_vec<float, kPreRows>(gate_s + lrow, gate);
-    if constexpr (kNvfp4) {
+  const ActT* const ring_rows = Fmt::kRingInSmem ? rx_s : ring_x + sh0 * L * P;
+  if constexpr (kNvfp4) {
+    // Then the ring prologue, whose loads have arrived by now, and per lane kPreRows consecutive rows of a head:
+    // y = (abar 2^6 / sC) g dot + D x + window sum, times silu(z) (g the rows' group scale of the copy), stored
+    // together where y's alignment allows.
+    const bool y_vec =
+        ((reinterpret_cast<uintptr_t>(y_b) | (p.y_head_stride * sizeof(ActT))) % (kPreRows * sizeof(ActT))) == 0;
+    for (int lrow = warp * rpw + kPreRows * lane; lrow < (warp + 1) * rpw; lrow += kPreRows * 32) {
+      const int hh = lrow / P, r = lrow - hh * P;
+      if (s_hist[hh] == L - 1) continue;  // (a flushing head: the flush launch wrote its rows)
+      float w[kPreRows] = {}, v[kPreRows], d[kPreRows], y[kPreRows];
+      window_sum<kPreRows, Fmt::kRingInSmem>(coef_s + hh * L, ring_rows + hh * L * P + r, x_s + lrow, L, P,
+                                             s_hist[hh], s_origin[hh], w, v);
+      load_vec<float, kPreRows>(pre_s + lrow, d);
       const float f = s_abar[hh] * ctx.unscale;
 #pragma unroll
-      for (int i = 0; i < kPreRows / kNvfp4Rows; ++i) gs_s[lrow / kNvfp4Rows + i] *= f;
-    }
-  }
-  __syncwarp();
-  if constexpr (!kNvfp4) ctx = Fmt::context(C_s, lane);
-
-  if constexpr (kNvfp4) {
-    // The warp's steps in order, each 16 rows of one head (P is a multiple of 16), with rolling loads: step s +
-    // kBatch goes into the registers step s is done with, so that a warp always has steps of rows in flight. The
-    // lane's output row, its y address, head and row in the head advance per step (no division, no 64-bit
-    // multiply in the loop). Rows g and g + 8 of lane (g, c) are reduce-scattered over the row's four lanes: lanes
-    // c < 2 end with row g's sum, c >= 2 with row g + 8's, and lanes 0 and 2 of the four write; the factor abar
-    // 2^6 / sC times the group scale is the window-sum loop's, by group of 4 rows (gs_s).
-    const bool hi = lane & 2;
-    const int lane_row = lane / kLanesPerRow + (hi ? kRows / 2 : 0);
-    int hh = warp * rpw / P, r0 = warp * rpw - hh * P;  // the step's head, and its first row in the head
-    int lrow = warp * rpw + lane_row;                   // the lane's output row in the block
-    ActT* y_row = y_b + hh * p.y_head_stride + r0 + lane_row;
-    bool live = s_hist[hh] != L - 1;  // (a flushing head: the flush launch wrote its rows)
-    typename Fmt::Lane next = Fmt::advance(lane_src, kBatch);
-    for (int s0 = 0; s0 < steps; s0 += kBatch) {
+      for (int e = 0; e < kPreRows; ++e)
+        y[e] = fmaf(gs_s[(lrow + e) / kNvfp4Rows] * f, d[e], fmaf(s_D[hh], v[e], w[e]));
+      if (z_b) {
+        load_vec<ActT, kPreRows>(z_s + lrow, v);
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const int s = s0 + k;
-        if (s >= steps) break;
-        if (live) {
-          float part[RPL];
-          Fmt::dot(regs[k], ctx, lane, part);
-          float v = (hi ? part[1] : part[0]) + __shfl_xor_sync(0xffffffffu, hi ? part[0] : part[1], 2);
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          if ((lane & 1) == 0)  // WRITES y[b, head, r]
-            *y_row = from_float<ActT>(fmaf(gs_s[lrow / kNvfp4Rows], v, pre_s[lrow]) * gate_s[lrow]);
-        }
-        if (s + kBatch < steps) {
-          regs[k] = Fmt::load(next, 0);
-          next = Fmt::advance(next, 1);
-        }
-        lrow += kRows;
-        y_row += kRows;
-        r0 += kRows;
-        if (r0 == P && s + 1 < steps) {
-          r0 = 0;
-          ++hh;
-          y_row += p.y_head_stride - P;
-          live = s_hist[hh] != L - 1;
-        }
+        for (int e = 0; e < kPreRows; ++e) y[e] *= silu_gate(v[e]);
+      }
+      ActT* const dst = y_b + hh * p.y_head_stride + r;
+      if (y_vec) {  // (one 16- or 8-byte store: an intrinsic, so that ptxas keeps it apart from the loop below)
+        static_assert(kPreRows * sizeof(ActT) == 16 || kPreRows * sizeof(ActT) == 8, "a 16- or 8-byte vector");
+        using Word = std::conditional_t<kPreRows * sizeof(ActT) == 16, uint4, uint2>;
+        Packed<ActT, kPreRows> q;
+#pragma unroll
+        for (int e = 0; e < kPreRows; ++e) q.v[e] = from_float<ActT>(y[e]);
+        __stwb(reinterpret_cast<Word*>(dst), reinterpret_cast<const Word&>(q));  // WRITES y[b, head, r ..]
+      } else {
+#pragma unroll
+        for (int e = 0; e < kPreRows; ++e) dst[e] = from_float<ActT>(y[e]);  // WRITES y[b, head, r + e]
       }
     }
   } else {
+    // Fp32Read: per row, once: pre = D x + the window's sum, gate = silu(z). Each warp its own rows, the only ones
+    // it reads below (flushing or not): a warp barrier, not a block barrier.
+    for (int lrow = warp * rpw + lane; lrow < (warp + 1) * rpw; lrow += 32) {
+      const int hh = lrow / P, r = lrow - hh * P;
+      float w[kPreRows] = {}, v[kPreRows], pre[kPreRows], gate[kPreRows];
+      window_sum<kPreRows, Fmt::kRingInSmem>(coef_s + hh * L, ring_rows + hh * L * P + r, x_s + lrow, L, P,
+                                             s_hist[hh], s_origin[hh], w, v);
+      pre[0] = fmaf(s_D[hh], v[0], w[0]);
+      if (z_b) load_vec<ActT, kPreRows>(z_s + lrow, v);
+      gate[0] = z_b ? silu_gate(v[0]) : 1.f;
+      store_vec<float, kPreRows>(pre_s + lrow, pre);
+      store_vec<float, kPreRows>(gate_s + lrow, gate);
+    }
+    __syncwarp();
+    ctx = Fmt::context(C_s, lane);  // (C in 16 registers; reloaded after a flush)
     // The head of a batch's first row and its row in the head, advanced per batch (no division in the loop). A batch
     // (kBatch * kRows <= 64 rows, P >= 64) crosses at most one head boundary, and only between steps.
     static_assert(kBatch * kRows <= 64, "a batch spans at most two heads (head_dim >= 64)");
