@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from trtllm_replayssm.quant import (E2M1_VALUES, _e2m1_code, counter_uniform, dequantize_fp8_rows, dequantize_nvfp4,
-                                    quantize_fp8_rows, quantize_nvfp4, quantize_state, stochastic_round)
+from trtllm_replayssm.quant import (E2M1_VALUES, _e2m1_code, _pack_e2m1, _unpack_e2m1, counter_uniform,
+                                    dequantize_fp8_rows, dequantize_nvfp4, quantize_fp8_rows, quantize_nvfp4,
+                                    quantize_state, stochastic_round)
 
 
 def test_fp8_rows_round_trip_bound():
@@ -32,6 +33,36 @@ def test_nvfp4_round_trip_bound_and_layout():
     # e2m1 spacing is at most 2 (between 4 and 6) in units of amax/6; the e4m3 block scale adds 2^-4 relative.
     assert bool((err <= amax * (1 / 6 + 2**-4) + 1e-12).all())
     assert float((d - x).norm() / x.norm()) < 0.15
+
+
+def _e2m1_values(codes):
+    return (E2M1_VALUES[(codes & 7).long()] * torch.where(codes >= 8, -1.0, 1.0)).numpy()
+
+
+def test_nvfp4_byte_order_and_the_kernels_widenings():
+    """Every pair of codes packs to its own byte and back (_pack_e2m1's bit order), and the kernels' integer
+    widenings of that order, written here with the same masks and shifts as common/nvfp4.cuh, are exact on words
+    of random bytes: e2m1_even_to_e4m3 / e2m1_odd_to_e4m3 give e4m3 bytes worth 2^-6 times each code's value (no
+    bit of a neighbouring byte leaks in), e2m1x2_scaled gives fp16 halves worth 2^-14 times them."""
+    c = torch.arange(16, dtype=torch.uint8).repeat_interleave(16)
+    d = torch.arange(16, dtype=torch.uint8).repeat(16)
+    packed = _pack_e2m1(c, d)
+    assert len(set(packed.tolist())) == 256
+    even, odd = _unpack_e2m1(packed)
+    assert torch.equal(even, c) and torch.equal(odd, d)
+    words = np.random.default_rng(0).integers(0, 2**32, size=4096, dtype=np.uint64)
+    as_e4m3 = {"even": ((words << 2) & 0x9C9C9C9C), "odd": (((words >> 2) & 0x14141414) | (words & 0x88888888))}
+    for j in range(4):
+        codes = _unpack_e2m1(torch.from_numpy(((words >> (8 * j)) & 0xFF).astype(np.uint8)))
+        for which, code in zip(("even", "odd"), codes):
+            b = torch.from_numpy(((as_e4m3[which] >> (8 * j)) & 0xFF).astype(np.uint8)).view(torch.float8_e4m3fn)
+            assert np.array_equal(b.float().numpy() * 64, _e2m1_values(code)), f"byte {j}, {which} codes"
+    byte = np.arange(256, dtype=np.uint32)
+    halves = (((byte & 0x7) << 9) | ((byte & 0x20) << 10) | ((byte & 0x50) << 21) | ((byte & 0x8) << 23)
+              | ((byte & 0x80) << 24)).view(np.float16).reshape(-1, 2).astype(np.float32)
+    even, odd = _unpack_e2m1(torch.from_numpy(byte.astype(np.uint8)))
+    assert np.array_equal(halves[:, 0] * 16384, _e2m1_values(even))
+    assert np.array_equal(halves[:, 1] * 16384, _e2m1_values(odd))
 
 
 def test_nvfp4_row_groups_are_independent():

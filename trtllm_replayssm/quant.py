@@ -8,7 +8,7 @@ Formats (x: [..., R, n], quantised along the last dimension):
                                per block of 16 a scale b = e4m3(amax(|block|) * (1/6) * (1 / t));
                                q = e2m1(x * r) with r = 1 / (b t) (r = 0 where b t = 0), e2m1 values
                                {0, 0.5, 1, 1.5, 2, 3, 4, 6} with sign, round to nearest even (ties to the even
-                               code), saturating at 6; two codes per byte (low nibble first). t clamps to the
+                               code), saturating at 6; two codes per byte (_pack_e2m1's bit order). t clamps to the
                                smallest normal fp32. Reciprocals per group and per block, products per element:
                                the kernel's flush divides once per 4 elements, not per element.
     (1/c) is the constant's reciprocal rounded to fp32, and a product with it is one fp32 product: PyTorch's
@@ -92,13 +92,25 @@ def quantize_nvfp4(x: torch.Tensor):
     r = torch.where(positive, torch.ones_like(denom) / torch.where(positive, denom, 1.0), 0.0)
     scaled = blocks * r
     codes = _e2m1_code(scaled).reshape(*lead, R, n)
-    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
-    return packed, bscale, t
+    return _pack_e2m1(codes[..., 0::2], codes[..., 1::2]), bscale, t
+
+
+def _pack_e2m1(c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Bytes of two e2m1 codes (bits m, e0, e1, sign = 0..3 of each): the even element's code c at byte bits 0, 1,
+    2, 5 and the odd element's code d at bits 4, 3, 6, 7. The kernels widen a word of such bytes to e4m3 bytes (a
+    code's bits at 2, 3, 4, 7) in 5 integer operations (one shift of the even codes; the odd codes' e0 and sign in
+    place, m and e1 shifted by 2) against 7 for plain nibbles (common/nvfp4.cuh pack_e2m1x2)."""
+    return (c & 7) | ((c & 8) << 2) | ((d & 1) << 4) | ((d & 2) << 2) | ((d & 12) << 4)
+
+
+def _unpack_e2m1(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two codes of each byte made by _pack_e2m1: (even element's, odd element's)."""
+    return (packed & 7) | ((packed >> 2) & 8), ((packed >> 4) & 1) | ((packed >> 2) & 2) | ((packed >> 4) & 12)
 
 
 def dequantize_nvfp4(packed: torch.Tensor, bscale: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """The fp32 values e2m1 * (b t) of a copy made by quantize_nvfp4 ([..., R, n])."""
-    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+    codes = torch.stack(_unpack_e2m1(packed), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
     vals = E2M1_VALUES.to(packed.device)[(codes & 7).long()] * torch.where(codes >= 8, -1.0, 1.0)
     n = vals.shape[-1]
     t_rows = t.float().repeat_interleave(NVFP4_ROWS, dim=-1)[..., None]

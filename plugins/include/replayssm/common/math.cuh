@@ -29,8 +29,8 @@ __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float v) {
   return r;
 }
 
-// Two e2m1 codes in one byte, low nibble first: the element type naming nvfp4 read copies (decode.cuh encodes
-// and decodes the codes with integer and fp16 operations, so cuda_fp4.h is not needed).
+// Two e2m1 codes in one byte (common/nvfp4.cuh pack_e2m1x2's bit order): the element type naming nvfp4 read
+// copies (decode.cuh encodes and decodes the codes with integer and fp16 operations, so cuda_fp4.h is not needed).
 struct nvfp4x2 {
   uint8_t bits;
 };

@@ -42,7 +42,7 @@
 //     registers: fp16/bf16 round to nearest; fp8 takes the row's amax across the LPR lanes holding the row,
 //     scale = max(amax * (1/448), FLT_MIN), code = e4m3_satfinite(v / scale), as quant.quantize_fp8_rows.
 //
-// nvfp4 read copy (CopyT = nvfp4x2; quant.py specifies the format): e2m1 codes two per byte
+// nvfp4 read copy (CopyT = nvfp4x2; quant.py specifies the format): e2m1 codes two per byte (nvfp4.cuh's order)
 // [slots, H, P, N/2], an e4m3 scale per 16 elements [slots, H, P, N/16] (read_block_scale) and an fp32 scale
 // per 4 rows [slots, H, P/4] (read_scale). Same thread mapping as the other copies, with two differences:
 //   - A thread's vector is VEC/2 bytes of codes (2 for an fp32 checkpoint), below the 4-byte minimum of
@@ -174,7 +174,8 @@ __device__ __forceinline__ void store_read_copy_nvfp4(const float (&s)[Tl::KI][T
         Packed<uint8_t, VEC / 2> out;
 #pragma unroll
         for (int k = 0; k < VEC / 2; ++k)
-          out.v[k] = static_cast<uint8_t>(e2m1_code(s[i][v][2 * k] * r) | (e2m1_code(s[i][v][2 * k + 1] * r) << 4));
+          out.v[k] =
+              static_cast<uint8_t>(pack_e2m1x2(e2m1_code(s[i][v][2 * k] * r), e2m1_code(s[i][v][2 * k + 1] * r)));
         *reinterpret_cast<Packed<uint8_t, VEC / 2>*>(codes + off / 2) = out;  // WRITES read_state[slot, head, row, :]
       }
   }

@@ -161,9 +161,9 @@ struct Fp32Read {
 //     adds; issuing the fp16 MMAs here keeps B widened once per warp and accumulates in the tensor core.)
 //   - B: C sC in fp16, sC a power of two putting max |C| at most 2^15: exact for a bf16 C (and an fp16 one down
 //     to fp16's subnormal range). The block scales differ per 16 columns and per row, so they apply to D.
-//   - Lane (g, c) loads 16 bytes of codes of rows g and g + 8 (word q: columns 32 c + 8 q + j, nibble j) and the
+//   - Lane (g, c) loads 16 bytes of codes of rows g and g + 8 (word q: columns 32 c + 8 q + j, element j) and the
 //     block-scale word c % 2 of both rows. k is permuted freely (only A and B see it): MMA (q, par), for word q
-//     and parity par, takes at lane (g, c)'s k slots 2 c, 2 c + 1, 2 c + 8, 2 c + 9 the nibbles par, 2 + par,
+//     and parity par, takes at lane (g, c)'s k slots 2 c, 2 c + 1, 2 c + 8, 2 c + 9 the elements par, 2 + par,
 //     4 + par, 6 + par of its word q, all in block 2 c + q / 2 of the row. B column n < 4 holds C at lane n's k
 //     slots and 0 elsewhere, columns 4..7 are 0: D[row][n] sums block 2 n (q = 0, 1: accumulator 0) or 2 n + 1
 //     (q = 2, 3: accumulator 1). Lane (g, c < 2) holds D columns 2 c + e, blocks 4 c + 2 e + h, bytes 2 e + h of
@@ -208,7 +208,7 @@ struct Nvfp4MmaT {
     for (int q = 0; q < 4; ++q)
 #pragma unroll
       for (int par = 0; par < 2; ++par) {
-        const float* const col = C_s + 32 * c + 8 * q + par;  // lane c's k slots: nibbles par, 2 + par, ...
+        const float* const col = C_s + 32 * c + 8 * q + par;  // lane c's k slots: elements par, 2 + par, ...
         x.b[q][par][0] = g == c ? half2_bits(col[0] * sC, col[2] * sC) : 0u;
         x.b[q][par][1] = g == c ? half2_bits(col[4] * sC, col[6] * sC) : 0u;
       }

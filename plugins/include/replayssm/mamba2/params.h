@@ -62,7 +62,7 @@ typedef struct rssm_mamba2_decode_params {
   //      checkpoint; a flush row stores the checkpoint and rewrites the copy from the same fp32 values ----
   int32_t read_format;  // rssm_read_format; RSSM_READ_NONE: the fields below are ignored
   void* read_state;     // [num_slots, H, P, N] fp16 / bf16 / fp8 e4m3, or nvfp4 [num_slots, H, P, N/2] e2m1
-                        // codes (two per byte, low nibble first); 16-byte aligned. WRITTEN: flush rows
+                        // codes (two per byte, quant.py's bit order); 16-byte aligned. WRITTEN: flush rows
   float* read_scale;    // fp8: [num_slots, H, P] fp32, amax of the row / 448; nvfp4: [num_slots, H, P/4] fp32,
                         // amax of 4 rows / (448 * 6); 4-byte aligned. WRITTEN: flush rows
   void* read_block_scale;  // nvfp4 only: [num_slots, H, P, N/16] e4m3, one per 16 elements; 16-byte aligned.
