@@ -674,6 +674,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kDecodeMinBlocks<CopyT>)
   __shared__ int s_warp_rows[kMaxWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
   const int Y = static_cast<int>(gridDim.y), y = static_cast<int>(blockIdx.y);
+  // The output-only launch after this one (output_only.cuh, a programmatic dependent) may start once every block
+  // of this launch has: it advances the cursors of rows that do not flush, which the scans below may read before or
+  // after, alike (a block of a row with a head that flushes or reaches history L - 1 waits for this launch to
+  // finish before it writes a cursor).
+  allow_dependent_launch();
   int seen = 0;  // flushing rows before this piece of the batch
   for (int b0 = 0; b0 < p.batch; b0 += blockDim.x) {
     const int bb = b0 + threadIdx.x;
@@ -691,10 +696,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kDecodeMinBlocks<CopyT>)
     seen += total;
     __syncthreads();  // s_warp_rows is rewritten by the next piece; s_rows complete after the last
   }
-  // The output-only launch after this one (output_only.cuh, a programmatic dependent) may start once every block
-  // of this launch is here: it advances the cursors of rows that do not flush, which the scans above read (a row
-  // with a flushing head keeps its cursors until this launch has finished: that launch's blocks of such a row wait).
-  allow_dependent_launch();
   const int mine = min(seen > y ? (seen - y + Y - 1) / Y : 0, kMaxWarps * 32);
   for (int i = 0; i < mine; ++i) {
     decode_row<StateT, ActT, N, REPLAY, CopyT>(p, shape, sp, s_rows[i]);
@@ -791,6 +792,10 @@ bool output_only_first_l2(const rssm_mamba2_decode_params& p, int hpb, int sms) 
 // nvfp4 copy: the output-only launch as a programmatic dependent of the flush-only launch before it (it starts
 // while the flush launch's last blocks run; common/dependent_launch.cuh). H200, Super b256 L16, nvfp4 amortised, two
 // passes in one run: 220.0 / 219.7 us against 223.5 / 223.5 with two plain launches (false); fp16 copies unaffected.
+// The flush-only blocks allow it before their scans (nineteenth session; after them until then), the output-only
+// blocks of a row with a head at L - 2 or L - 1 waiting for the flush-only launch before they write cursors. H200,
+// Super L16, one run, two passes: non-flush b64 / b256 / b512 25.9 / 73.5 / 138.2 us against 26.9-27.0 / 75.2-75.4 /
+// 142.4; amortised level (48.7 / 133.0 / 242.8 against 48.8 / 133.0 / 242.5; benchmarks/ab_session19.md).
 constexpr bool kNvfp4DependentLaunch = true;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&

@@ -162,12 +162,13 @@ struct Fp32Read {
 //   - B: C sC in fp16, sC a power of two putting max |C| at most 2^15: exact for a bf16 C (and an fp16 one down
 //     to fp16's subnormal range). The block scales differ per 16 columns and per row, so they apply to D.
 //   - Lane (g, c) loads 16 bytes of codes of rows g and g + 8 (word q: columns 32 c + 8 q + j, element j) and the
-//     block-scale word c % 2 of both rows. k is permuted freely (only A and B see it): MMA (q, par), for word q
-//     and parity par, takes at lane (g, c)'s k slots 2 c, 2 c + 1, 2 c + 8, 2 c + 9 the elements par, 2 + par,
-//     4 + par, 6 + par of its word q, all in block 2 c + q / 2 of the row. B column n < 4 holds C at lane n's k
-//     slots and 0 elsewhere, columns 4..7 are 0: D[row][n] sums block 2 n (q = 0, 1: accumulator 0) or 2 n + 1
-//     (q = 2, 3: accumulator 1). Lane (g, c < 2) holds D columns 2 c + e, blocks 4 c + 2 e + h, bytes 2 e + h of
-//     the row's block-scale word c; lanes c >= 2 hold the zero columns.
+//     block-scale bytes 2 c, 2 c + 1 of both rows. k is permuted freely (only A and B see it): MMA (q, par), for
+//     word q and parity par, takes at lane (g, c)'s k slots 2 c, 2 c + 1, 2 c + 8, 2 c + 9 the elements par,
+//     2 + par, 4 + par, 6 + par of its word q, all in block n = 2 c + q / 2 of the row, and B column n holds C at
+//     lane c's k slots in that MMA and 0 elsewhere: one accumulator, D[row][n] the row's dot over block n, so that
+//     lane (g, c) ends with blocks 2 c and 2 c + 1 of rows g and g + 8, the blocks of its two scale bytes. (Until
+//     the nineteenth session columns 4..7 were 0 and two accumulators held blocks 2 n and 2 n + 1: 8 block-scale
+//     products per lane and step against 4.)
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
 //
@@ -186,7 +187,7 @@ struct Nvfp4MmaT {
   static constexpr bool kRingInSmem = !kLean;
   struct Regs {
     uint4 c0, c1;     // codes of rows g and g + 8, columns 32 c .. 32 c + 31
-    uint32_t s0, s1;  // block scales of rows g and g + 8, blocks 4 (c % 2) .. + 3
+    uint32_t s0, s1;  // block scales of rows g and g + 8, blocks 2 c and 2 c + 1 (the low 16 bits)
   };
   struct Ctx {
     uint32_t b[4][2][2];  // B fragments of MMA (word q, parity): b0, b1
@@ -209,15 +210,16 @@ struct Nvfp4MmaT {
 #pragma unroll
       for (int par = 0; par < 2; ++par) {
         const float* const col = C_s + 32 * c + 8 * q + par;  // lane c's k slots: elements par, 2 + par, ...
-        x.b[q][par][0] = g == c ? half2_bits(col[0] * sC, col[2] * sC) : 0u;
-        x.b[q][par][1] = g == c ? half2_bits(col[4] * sC, col[6] * sC) : 0u;
+        const bool mine = g == 2 * c + q / 2;                  // column g is lane c's block in this MMA
+        x.b[q][par][0] = mine ? half2_bits(col[0] * sC, col[2] * sC) : 0u;
+        x.b[q][par][1] = mine ? half2_bits(col[4] * sC, col[6] * sC) : 0u;
       }
     x.unscale = 64.f / sC;
     return x;
   }
   struct Lane {
-    const uint4* codes;     // row g's 16 bytes of codes at columns 32 c .. 32 c + 31, in the warp's first step
-    const unsigned* scale;  // row g's block-scale word c % 2, in the warp's first step
+    const uint4* codes;           // row g's 16 bytes of codes at columns 32 c .. 32 c + 31, in the warp's first step
+    const unsigned short* scale;  // row g's block-scale bytes 2 c, 2 c + 1, in the warp's first step
   };
   __device__ static Lane lane_base(const rssm_mamba2_decode_params& p, int64_t row0, int lane) {
     const int64_t row = row0 + lane / 4;
@@ -225,11 +227,11 @@ struct Nvfp4MmaT {
     const uint8_t* const codes = static_cast<const uint8_t*>(p.read_state);
     const uint8_t* const bscale = static_cast<const uint8_t*>(p.read_block_scale);
     return {reinterpret_cast<const uint4*>(codes + row * (kN / 2) + c * 16),
-            reinterpret_cast<const unsigned*>(bscale + row * (kN / kNvfp4Block) + (c % 2) * 4)};
+            reinterpret_cast<const unsigned short*>(bscale + row * (kN / kNvfp4Block) + c * 2)};
   }
   // Warp step `step` (rows g and g + 8 of its 16): word offsets from the lane's base, so that a batch's steps
   // address with immediates from one base.
-  static constexpr int kCodeWords = kN / 2 / 16, kScaleWords = kN / kNvfp4Block / 4;  // uint4 / unsigned per row
+  static constexpr int kCodeWords = kN / 2 / 16, kScaleWords = kN / kNvfp4Block / 2;  // uint4 / 2 bytes per row
   // The lane's addresses `steps` warp steps on.
   __device__ static Lane advance(const Lane& l, int steps) {
     return {l.codes + steps * kRows * kCodeWords, l.scale + steps * kRows * kScaleWords};
@@ -248,7 +250,7 @@ struct Nvfp4MmaT {
   }
   __device__ static void dot(const Regs& r, const Ctx& x, int lane, float (&part)[2]) {
     const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
-    float d[2][4] = {};
+    float d[4] = {};
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -258,21 +260,12 @@ struct Nvfp4MmaT {
         uint32_t a[4];  // rows g, g + 8 at k slots 2 c, 2 c + 1; then at 2 c + 8, 2 c + 9
         e4m3x4_to_half2x2(e0, a[0], a[2]);
         e4m3x4_to_half2x2(e1, a[1], a[3]);
-        mma_f16_m16n8k16(d[q / 2], a, x.b[q][par][0], x.b[q][par][1]);
+        mma_f16_m16n8k16(d, a, x.b[q][par][0], x.b[q][par][1]);
       }
-    // Row g: D[h][e] (e = column of the lane's pair, h = accumulator) times block-scale byte 2 e + h.
-    const float2 g01 = e4m3x2_to_float2(r.s0 & 0xffffu), g23 = e4m3x2_to_float2(r.s0 >> 16);
-    const float2 e01 = e4m3x2_to_float2(r.s1 & 0xffffu), e23 = e4m3x2_to_float2(r.s1 >> 16);
-    float pg = d[0][0] * g01.x;
-    pg = fmaf(d[1][0], g01.y, pg);
-    pg = fmaf(d[0][1], g23.x, pg);
-    pg = fmaf(d[1][1], g23.y, pg);
-    float p8 = d[0][2] * e01.x;
-    p8 = fmaf(d[1][2], e01.y, p8);
-    p8 = fmaf(d[0][3], e23.x, p8);
-    p8 = fmaf(d[1][3], e23.y, p8);
-    part[0] = pg;
-    part[1] = p8;
+    // Rows g and g + 8: D columns 2 c, 2 c + 1 (blocks 2 c, 2 c + 1) times the row's two block scales.
+    const float2 sg = e4m3x2_to_float2(r.s0), s8 = e4m3x2_to_float2(r.s1);
+    part[0] = fmaf(d[1], sg.y, d[0] * sg.x);
+    part[1] = fmaf(d[3], s8.y, d[2] * s8.x);
   }
 };
 using Nvfp4Mma = Nvfp4MmaT<false>;
@@ -519,15 +512,15 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     s_A[threadIdx.x] = head_in.A;
     s_D[threadIdx.x] = head_in.D;
   }
-  // Nvfp4Mma, after the flush-only launch: whether any head of this row flushes (then this block writes cursors
-  // that launch reads, and waits for it; see the end of the kernel). Another block of the row may already have
-  // advanced its heads' cursors: a head read at L - 1 that way only makes this block wait needlessly; a flushing
-  // head's cursor is reset only after that launch has finished.
-  bool row_has_flush = false;
+  // nvfp4, after the flush-only launch: whether any head of this row flushes or reaches L - 1 in this step (then
+  // this block waits for that launch before it writes cursors; see the end of the kernel). Another block of the row
+  // may already have advanced its heads' cursors: a head read one further that way only makes this block wait
+  // needlessly; a head that reaches L - 1, or flushes, keeps its cursor until that launch has finished.
+  bool row_waits = false;
   if constexpr (!Fmt::kFlushRows)
     for (int h = threadIdx.x; h < H; h += blockDim.x)
-      row_has_flush |= clamp_history(p.cursor[((static_cast<int64_t>(slot) * H + h) * RSSM_CURSOR_REPLICAS) *
-                                                RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L) == L - 1;
+      row_waits |= clamp_history(p.cursor[((static_cast<int64_t>(slot) * H + h) * RSSM_CURSOR_REPLICAS) *
+                                           RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L) >= L - 2;
   typename Fmt::Ctx ctx;
   if constexpr (kNvfp4) {
     // The rows first: once C is in shared memory (a block barrier; the ring prologue's loads stay in flight), the
@@ -562,7 +555,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     }
   }
   cp_async_wait_group<0>();
-  row_has_flush = __syncthreads_or(row_has_flush);
+  row_waits = __syncthreads_or(row_waits);
   // B·C of every ring position (by position) and of the current token (index L). nvfp4: the ring's records on the
   // tensor cores, warp t taking positions 16 t .. 16 t + 15 (bc_ring_mma), and the current token by the last warp
   // as below; Fp32Read: a warp per position.
@@ -734,16 +727,18 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       }
     }
   }
-  // Nvfp4Mma runs as a programmatic dependent of the flush-only launch (launch below), which starts it once its
-  // every block has scanned the batch's cursors for flushing rows (decode.cuh). Above, the two overlap only where
-  // the value is discarded: this kernel loads the flushing heads' codes and scales (skipped before any use) while
-  // that launch rewrites them, and writes non-flushing heads' ring x records that the flush launch's prologue may
-  // stage but never reads (it skips those units). Below it writes the cursors and the ring of B and dt records: a
-  // row without a flushing head is not read by that launch any more (its scans are done), so only a block of a
-  // row with a flushing head waits for it to finish, and block (0, 0) (so that this launch never ends before that
-  // one); the others end without waiting and free their multiprocessor for the rest of this launch.
+  // The nvfp4 formats run as a programmatic dependent of the flush-only launch (launch below), which starts it as
+  // soon as its every block has started, before their scans of the batch's cursors for flushing rows (decode.cuh).
+  // Above, the two overlap only where the value is discarded: this kernel loads the flushing heads' codes and
+  // scales (skipped before any use) while that launch rewrites them, and writes non-flushing heads' ring x records
+  // that the flush launch's prologue may stage but never reads (it skips those units). Below it writes the cursors
+  // and the ring of B and dt records. A scan, or that launch's prologue, reading a head's history before or after
+  // this block advances it from h < L - 2 finds it below L - 1 either way (not flushing), so only a block of a row
+  // with a head at L - 2 (its new history L - 1 would read as flushing) or flushing (reset to 0 once flushed)
+  // waits for that launch to finish, and block (0, 0) (so that this launch never ends before that one); the others
+  // end without waiting and free their multiprocessor for the rest of this launch.
   if constexpr (!Fmt::kFlushRows)
-    if (row_has_flush || (blockIdx.x == 0 && blockIdx.y == 0)) wait_for_primary();
+    if (row_waits || (blockIdx.x == 0 && blockIdx.y == 0)) wait_for_primary();
   // Per head: ring dt and the cursor (every replica; a flush head's history goes back to 0); per group: the ring
   // B record (the group's first block, by its first head, as decode.cuh).
   if (threadIdx.x < hpb) {
