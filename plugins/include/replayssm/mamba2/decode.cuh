@@ -729,9 +729,9 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   Shape shape = launch_shape(p.head_dim, Tl::RW, p.nheads, p.ngroups, rows, sms);
   shape.flush_only = flush_only;
   if (flush_only) {
-    // At most one wave of blocks: every block scans the batch's cursors before the output-only launch may start,
-    // so a second wave delays it by a scan even when no row flushes (a block then takes its share of the flushing
-    // rows in turn, as the blocks of later waves would have). At least ceil(batch / s_rows' capacity) blocks per
+    // At most one wave of blocks: the output-only launch may start only once every block of this one has started,
+    // so a second wave would hold it back until the first wave's scans end, even when no row flushes (a block then
+    // takes its share of the flushing rows in turn, as the blocks of later waves would have). At least ceil(batch / s_rows' capacity) blocks per
     // (group, chunk).
     // (the occupancy query once per device, launch configuration and host thread, not at every step)
     thread_local int cached_device = -1, cached_threads = -1, cached_bytes = -1, per_sm = 0;

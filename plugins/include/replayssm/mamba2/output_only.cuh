@@ -248,7 +248,7 @@ struct Nvfp4MmaT {
     prefetch_l2(static_cast<const uint8_t*>(p.read_state) + row0 * (kN / 2), rows * (kN / 2));
     prefetch_l2(static_cast<const uint8_t*>(p.read_block_scale) + row0 * (kN / kNvfp4Block), rows * (kN / kNvfp4Block));
   }
-  __device__ static void dot(const Regs& r, const Ctx& x, int lane, float (&part)[2]) {
+  __device__ static void dot(const Regs& r, const Ctx& x, int, float (&part)[2]) {
     const uint32_t w0[4] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w}, w1[4] = {r.c1.x, r.c1.y, r.c1.z, r.c1.w};
     float d[4] = {};
 #pragma unroll
