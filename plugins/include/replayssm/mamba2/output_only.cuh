@@ -437,7 +437,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   ActT* const y_b = static_cast<ActT*>(p.y) + b * p.y_batch_stride + head0 * p.y_head_stride;
   ActT* const ring_x = static_cast<ActT*>(p.ring_x);
   int32_t* const cursor = p.cursor + sh0 * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;  // of (slot, head0)
-  {
+  // What the ring prologue stages in shared memory (read after the rows with nvfp4, before them with Fp32Read).
+  const auto stage_ring_prologue = [&] {
     const int act = sizeof(ActT);
     cp_async_block<kWarps * 32>(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
     if constexpr (Fmt::kRingInSmem) cp_async_block<kWarps * 32>(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
@@ -456,7 +457,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
       for (int i = threadIdx.x; i < hpb * P / kNvfp4Rows; i += blockDim.x)
         cp_async<4>(gs_s + i, p.read_scale + sh0 * P / kNvfp4Rows + i);
     cp_async_commit();
-  }
+  };
+  if constexpr (!kNvfp4) stage_ring_prologue();
   // The first rows' loads go out now: they depend on the slot only, not on the cursor or the prologue.
   const int rpw = hpb * P / kWarps, steps = rpw / kRows;
   const int64_t warp_row0 = sh0 * P + warp * rpw;  // (slot, head0 + row / P, row % P) flattened
@@ -489,6 +491,16 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int origin_word = head_thread ? cur[RSSM_CURSOR_ORIGIN] : 0;
   const HeadInputs head_in =
       head_thread ? load_head_inputs<ActT>(p, b * p.dt_batch_stride + head * p.dt_head_stride, head) : HeadInputs{};
+  // nvfp4, after the flush-only launch: the histories of the row's heads (row_waits below), the first of this
+  // thread's heads loaded with the prologue's loads (a round trip of its own before the block's first barrier
+  // otherwise), and only then the staging of the ring prologue, which no one reads before the rows' end: the loads
+  // the rows wait for go out first.
+  const int32_t* const row_cursor = p.cursor + static_cast<int64_t>(slot) * H * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+  const auto row_history = [&](int h) {
+    return row_cursor[h * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
+  };
+  const int first_hist = !Fmt::kFlushRows && static_cast<int>(threadIdx.x) < H ? row_history(threadIdx.x) : 0;
+  if constexpr (kNvfp4) stage_ring_prologue();
   issue_loads_here();
   if (column) {
     C_s[threadIdx.x] = to_float(c_raw);
@@ -517,10 +529,10 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   // may already have advanced its heads' cursors: a head read one further that way only makes this block wait
   // needlessly; a head that reaches L - 1, or flushes, keeps its cursor until that launch has finished.
   bool row_waits = false;
-  if constexpr (!Fmt::kFlushRows)
-    for (int h = threadIdx.x; h < H; h += blockDim.x)
-      row_waits |= clamp_history(p.cursor[((static_cast<int64_t>(slot) * H + h) * RSSM_CURSOR_REPLICAS) *
-                                           RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY], L) >= L - 2;
+  if constexpr (!Fmt::kFlushRows) {
+    row_waits = static_cast<int>(threadIdx.x) < H && clamp_history(first_hist, L) >= L - 2;
+    for (int h = threadIdx.x + blockDim.x; h < H; h += blockDim.x) row_waits |= clamp_history(row_history(h), L) >= L - 2;
+  }
   typename Fmt::Ctx ctx;
   if constexpr (kNvfp4) {
     // The rows first: once C is in shared memory (a block barrier; the ring prologue's loads stay in flight), the
