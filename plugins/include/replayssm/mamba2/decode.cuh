@@ -638,13 +638,18 @@ __device__ __forceinline__ bool row_flushes(const rssm_mamba2_decode_params& p, 
   const int group = blockIdx.x / shape.chunks, unit0 = (blockIdx.x - group * shape.chunks) * shape.units;
   const int head0 = group * (p.nheads / p.ngroups) + (unit0 >> TL), tile_base = unit0 & (T - 1);
   const int heads = ((tile_base + shape.units - 1) >> TL) + 1;
-  bool flushes = false;
-  for (int h = 0; h < heads; ++h) {
+  // (every head's history loaded before any is used: one round trip, not one per head; heads <= units)
+  int hist[kMaxUnits];
+#pragma unroll
+  for (int h = 0; h < kMaxUnits; ++h) {
     const int u_first = max((h << TL) - tile_base, 0), tile = (tile_base + u_first) & (T - 1);
-    const int hist = p.cursor[((static_cast<int64_t>(slot) * p.nheads + head0 + h) * RSSM_CURSOR_REPLICAS + tile) *
-                                  RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
-    flushes |= clamp_history(hist, L) == L - 1;
+    hist[h] = h < heads ? p.cursor[((static_cast<int64_t>(slot) * p.nheads + head0 + h) * RSSM_CURSOR_REPLICAS + tile) *
+                                       RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY]
+                        : 0;
   }
+  bool flushes = false;
+#pragma unroll
+  for (int h = 0; h < kMaxUnits; ++h) flushes |= h < heads && clamp_history(hist[h], L) == L - 1;
   return flushes;
 }
 
