@@ -491,11 +491,12 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const int origin_word = head_thread ? cur[RSSM_CURSOR_ORIGIN] : 0;
   const HeadInputs head_in =
       head_thread ? load_head_inputs<ActT>(p, b * p.dt_batch_stride + head * p.dt_head_stride, head) : HeadInputs{};
-  // nvfp4, after the flush-only launch: the histories of the row's heads (row_waits below), the first of this
-  // thread's heads loaded with the prologue's loads (a round trip of its own before the block's first barrier
-  // otherwise), and only then the staging of the ring prologue, which no one reads before the rows' end: the loads
-  // the rows wait for go out first.
-  const int32_t* const row_cursor = p.cursor + static_cast<int64_t>(slot) * H * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
+  // nvfp4, after the flush-only launch: the histories of the row's heads (row_waits below), the first head this
+  // thread scans loaded with the prologue's loads (else a round trip of its own before the block's first barrier),
+  // and only then the staging of the ring prologue, which nothing reads before the rows' end: the loads the rows
+  // wait for go out first (twentieth session, benchmarks/ab_session20.md section 3).
+  const int32_t* const row_cursor =
+      p.cursor + static_cast<int64_t>(slot) * H * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   const auto row_history = [&](int h) {
     return row_cursor[h * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS + RSSM_CURSOR_HISTORY];
   };
@@ -531,7 +532,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   bool row_waits = false;
   if constexpr (!Fmt::kFlushRows) {
     row_waits = static_cast<int>(threadIdx.x) < H && clamp_history(first_hist, L) >= L - 2;
-    for (int h = threadIdx.x + blockDim.x; h < H; h += blockDim.x) row_waits |= clamp_history(row_history(h), L) >= L - 2;
+    for (int h = threadIdx.x + blockDim.x; h < H; h += blockDim.x)
+      row_waits |= clamp_history(row_history(h), L) >= L - 2;
   }
   typename Fmt::Ctx ctx;
   if constexpr (kNvfp4) {
