@@ -18,11 +18,11 @@
 //     a row (Fmt::kLanesPerRow: 8 for Fp32Read, 4 for the nvfp4 formats) summing their partials with shuffles. The
 //     first rows' loads are issued before the prologue (they depend on the slot only), so the prologue's latency
 //     hides behind them.
-//   - The nvfp4 formats take the rows first: once C is in shared memory, each warp streams its rows (loading each
-//     step's successor into the registers it frees) and keeps every row's dot in shared memory; then the ring
-//     prologue above, whose loads have arrived meanwhile, and per lane a few consecutive rows of a head: pre, the
-//     gate and y together. (H200, Super b256 L16, one run: non-flush 78.2 / 78.1 us against 85.6 / 86.0 with the
-//     prologue first; benchmarks/ab_session18.md.)
+//   - The nvfp4 formats take the rows first: with its B fragments built from C in registers, each warp streams its
+//     rows (loading each step's successor into the registers it frees) and keeps every row's dot in shared memory;
+//     then the ring prologue above, whose loads have arrived meanwhile, and per lane a few consecutive rows of a
+//     head: pre, the gate and y together. (H200, Super b256 L16, one run: non-flush 78.2 / 78.1 us against 85.6 /
+//     86.0 with the prologue first; benchmarks/ab_session18.md.)
 //   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 16
 //     columns (the group's B records widened to fp32 in shared memory once per block), stored in place, then
 //     y = S·C + D x, gated. The same fp32 operations in the same order as decode.cuh's flush route, so the
@@ -79,7 +79,7 @@ __host__ __device__ inline Smem smem_layout(int L, int heads, int P, int act_byt
   constexpr bool flush_rows = Fmt::kFlushRows, ring_x = Fmt::kRingInSmem;
   Smem s{};
   SmemBump bump;  // consecutive 16-byte-aligned regions
-  s.ring_B = bump.take(L * kN * act_bytes);        // [L][N] the group's ring of B records
+  s.ring_B = bump.take(L * Fmt::kRingBStride * act_bytes);  // [L][N] the group's ring of B records (row stride)
   s.ring_x = bump.take(ring_x ? heads * L * P * act_bytes : 0);  // [heads][L][P] the chunk heads' ring of x
   s.ring_dt = bump.take(heads * round_up(L, 4) * 4);  // [heads][round_up(L, 4)] their ring of dt (fp32)
   s.x = bump.take(heads * P * act_bytes);           // [heads * P]
@@ -107,6 +107,7 @@ struct Fp32Read {
   static constexpr int kWarps = 8, kBlocksPerSm = 2;
   static constexpr bool kFlushRows = true;  // flushing heads' rows are rebuilt here
   static constexpr bool kRingInSmem = true;  // the window sums read the staged ring of x records
+  static constexpr int kRingBStride = kN;  // elements per staged ring B record (read a record per warp)
   // Lane (h, cl) = (lane / 4 % 2, lane % 4) of a row holds vector m = 2 q + h (float4 index 4 m + cl of the row) as
   // v[q]: vector q of the lane is float4 index 8 q + lane % 8.
   struct Regs {
@@ -178,6 +179,11 @@ struct Fp32Read {
 // Otherwise (Nvfp4Mma) 128 registers, batches of four steps, four blocks per multiprocessor, the whole ring staged.
 template <bool kLean>
 struct Nvfp4MmaT {
+  // Staged ring B records padded by 16 bytes, so that bc_ring_mma's fragment loads (lane (g, t): word t of rows g
+  // and g + 8) fall in 32 distinct banks: with 256-byte rows the eight rows of a load shared a bank, an 8-way
+  // conflict (H200, Super L16, twenty-first session: non-flush b256 72.1 against 72.9-73.1 us, b512 133.3 against
+  // 137.0; benchmarks/ab_session21.md).
+  static constexpr int kRingBStride = kN + 8;
   static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 3 : 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
   // by the codes, and smaller blocks overlap more prologues. H200, one run, Super b256 L16: 137.1 us against 158.5
@@ -193,28 +199,48 @@ struct Nvfp4MmaT {
     uint32_t b[4][2][2];  // B fragments of MMA (word q, parity): b0, b1
     float unscale;        // 2^6 / sC
   };
-  // The warp's B fragments (C from shared memory; sC from max |C|: every warp finds the same).
-  __device__ static Ctx context(const float* C_s, int lane) {
-    float m = 0.f;
-#pragma unroll
-    for (int e = 0; e < kN / 32; ++e) m = fmaxf(m, fabsf(C_s[lane * (kN / 32) + e]));
+  // The warp's B fragments from C in registers, four columns per lane (lane l: columns 4 l .. 4 l + 3), so that no
+  // block barrier (for a shared copy of C) comes before the rows (H200, Super L16, twenty-first session, two calls:
+  // non-flush b256 level, and 72.4-72.5 us against 73.2 with C from shared memory after a barrier;
+  // benchmarks/ab_session21.md). sC from
+  // max |C| (every warp finds the same). Lane (g, c) holds nonzero fragments only for g / 2 == c (column g is lane c's
+  // block in MMAs q = 2 (g % 2) + qq, qq < 2), whose k slots take columns 16 g + 8 qq + par + i (i = 0, 2, 4, 6): lane
+  // 4 g + 2 qq + (par + i) / 4 holds them as its element (par + i) % 4, so 16 shuffles gather them.
+  __device__ static Ctx context(const float (&c4)[4], int lane) {
+    float m = fmaxf(fmaxf(fabsf(c4[0]), fabsf(c4[1])), fmaxf(fabsf(c4[2]), fabsf(c4[3])));
     m = group_max<32>(m);
     // sC = 2^k, k = min(floor(log2(2^15 / m)), 126), from m's bits: m = 2^e (1 + f) gives k = 15 - e, less one
     // where f > 0 (an fp32 subnormal m only gives k > 126).
     const int mb = __float_as_int(m), k = min(15 - ((mb >> 23) - 127) - ((mb & 0x7fffff) != 0), 126);
     const float sC = m > 0.f ? __int_as_float((k + 127) << 23) : 1.f;
     const int g = lane / 4, c = lane % 4;
+    const bool holder = g / 2 == c;
     Ctx x;
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
+    for (int qq = 0; qq < 2; ++qq)
 #pragma unroll
       for (int par = 0; par < 2; ++par) {
-        const float* const col = C_s + 32 * c + 8 * q + par;  // lane c's k slots: elements par, 2 + par, ...
-        const bool mine = g == 2 * c + q / 2;                  // column g is lane c's block in this MMA
-        x.b[q][par][0] = mine ? half2_bits(col[0] * sC, col[2] * sC) : 0u;
-        x.b[q][par][1] = mine ? half2_bits(col[4] * sC, col[6] * sC) : 0u;
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int e = par + 2 * i;  // (element e of the word's 8, column 8 qq + e of the 16)
+          v[i] = __shfl_sync(0xffffffffu, c4[e % 4], 4 * g + 2 * qq + e / 4);
+        }
+        const uint32_t b0 = holder ? half2_bits(v[0] * sC, v[1] * sC) : 0u;
+        const uint32_t b1 = holder ? half2_bits(v[2] * sC, v[3] * sC) : 0u;
+        // (through an opaque move: else ptxas recomputes the selects inside the rows' loop to save registers)
+        const auto held = [](uint32_t v) {
+          asm volatile("mov.b32 %0, %0;" : "+r"(v));
+          return v;
+        };
+#pragma unroll
+        for (int q2 = 0; q2 < 2; ++q2) {
+          const bool mine = (g & 1) == q2;
+          x.b[2 * q2 + qq][par][0] = held(mine ? b0 : 0u);
+          x.b[2 * q2 + qq][par][1] = held(mine ? b1 : 0u);
+        }
       }
-    x.unscale = 64.f / sC;
+    x.unscale = m > 0.f ? __int_as_float((127 + 6 - k) << 23) : 64.f;  // 2^6 / sC (exact: sC = 2^k)
     return x;
   }
   struct Lane {
@@ -314,12 +340,12 @@ __device__ __forceinline__ void flush_rows(Fp32Read::Regs (&s)[K], float abar, i
 // 0 (lanes 0-3 hold it, the other columns are zero), eight MMAs over N = 128 with fp32 accumulation; the products
 // are exact (C came from the activation dtype), the sum differs from an fp32 FMA chain by its order. Lanes 4 g
 // write positions j0 + g and j0 + g + 8 of bc.
-template <typename ActT>
+template <int kStride, typename ActT>
 __device__ __forceinline__ void bc_ring_mma(const ActT* rB, const float* C, int L, int j0, int lane, float* bc) {
   static_assert(sizeof(ActT) == 2, "16-bit records");
   const int g = lane / 4, t = lane % 4, r0 = j0 + g, r1 = j0 + g + 8;
-  const uint32_t* const a_lo = reinterpret_cast<const uint32_t*>(rB + r0 * kN) + t;
-  const uint32_t* const a_hi = reinterpret_cast<const uint32_t*>(rB + r1 * kN) + t;
+  const uint32_t* const a_lo = reinterpret_cast<const uint32_t*>(rB + r0 * kStride) + t;
+  const uint32_t* const a_hi = reinterpret_cast<const uint32_t*>(rB + r1 * kStride) + t;
   const auto pair = [](float lo, float hi) {  // two values of the activation dtype (exact), as one word
     Packed<ActT, 2> q;
     q.v[0] = from_float<ActT>(lo);
@@ -428,7 +454,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   float* const B32_s = reinterpret_cast<float*>(smem + sp.B32);
   __shared__ float s_bc[kMaxLen + 1];
   __shared__ float s_abar[kMaxHeads], s_dt[kMaxHeads], s_D[kMaxHeads], s_A[kMaxHeads];
-  __shared__ float s_Bcur[kN];  // the current token's B in fp32
+  __shared__ __align__(16) float s_Bcur[kN];  // the current token's B in fp32 (read as float4 with nvfp4)
   __shared__ int s_hist[kMaxHeads], s_origin[kMaxHeads];
 
   const int64_t sg = static_cast<int64_t>(slot) * p.ngroups + group, sh0 = static_cast<int64_t>(slot) * H + head0;
@@ -440,7 +466,16 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   // What the ring prologue stages in shared memory (read after the rows with nvfp4, before them with Fp32Read).
   const auto stage_ring_prologue = [&] {
     const int act = sizeof(ActT);
-    cp_async_block<kWarps * 32>(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
+    if constexpr (Fmt::kRingBStride == kN) {
+      cp_async_block<kWarps * 32>(rB_s, static_cast<const ActT*>(p.ring_B) + sg * L * kN, L * kN * act);
+    } else {
+      constexpr int kPieces = kN * sizeof(ActT) / 16;  // 16-byte pieces of a record
+      for (int i = threadIdx.x; i < L * kPieces; i += blockDim.x) {
+        const int j = i / kPieces, c = i - j * kPieces;
+        cp_async<16>(reinterpret_cast<char*>(rB_s + j * Fmt::kRingBStride) + c * 16,
+                     reinterpret_cast<const char*>(static_cast<const ActT*>(p.ring_B) + (sg * L + j) * kN) + c * 16);
+      }
+    }
     if constexpr (Fmt::kRingInSmem) cp_async_block<kWarps * 32>(rx_s, ring_x + sh0 * L * P, hpb * L * P * act);
     // every dt record: which ones count needs the cursor
     cp_async_block<kWarps * 32>(rdt_s, p.ring_dt + sh0 * ldt, hpb * ldt * 4);
@@ -485,6 +520,10 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const ActT* const Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
   const bool column = threadIdx.x < kN, head_thread = threadIdx.x < hpb;
   const ActT c_raw = column ? Cg[threadIdx.x] : ActT{}, b_raw = column ? Bg[threadIdx.x] : ActT{};
+  ActT c4_raw[4] = {};  // nvfp4: the lane's four columns of C, for its B fragments (context)
+  if constexpr (kNvfp4)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c4_raw[e] = Cg[lane * 4 + e];
   const int head = head0 + (head_thread ? threadIdx.x : 0);
   const int32_t* const cur = cursor + (head - head0) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   const int hist_word = head_thread ? cur[RSSM_CURSOR_HISTORY] : 0;
@@ -537,14 +576,18 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   }
   typename Fmt::Ctx ctx;
   if constexpr (kNvfp4) {
-    // The rows first: once C is in shared memory (a block barrier; the ring prologue's loads stay in flight), the
-    // warp's B fragments, then its steps in order, each 16 rows of one head (P is a multiple of 16), with rolling
+    // The rows first: the warp's B fragments from its lanes' columns of C (no block barrier; the ring prologue's
+    // loads stay in flight), then its steps in order, each 16 rows of one head (P is a multiple of 16), with rolling
     // loads: step s + kBatch goes into the registers step s is done with, so that a warp always has steps of rows in
     // flight. Rows g and g + 8 of lane (g, c) are reduce-scattered over the row's four lanes: lanes c < 2 end with
     // row g's sum, c >= 2 with row g + 8's, and lanes 0 and 2 of the four keep the row's dot (pre_s). A flushing
     // head's rows are read and summed too (the flush launch may be rewriting them) and skipped below.
-    __syncthreads();
-    ctx = Fmt::context(C_s, lane);
+    {
+      float c4[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c4[e] = to_float(c4_raw[e]);
+      ctx = Fmt::context(c4, lane);
+    }
     {
       const bool hi = lane & 2;
       int lrow = warp * rpw + lane / kLanesPerRow + (hi ? kRows / 2 : 0);  // the lane's row in the block
@@ -572,19 +615,27 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   row_waits = __syncthreads_or(row_waits);
   // B·C of every ring position (by position) and of the current token (index L). nvfp4: the ring's records on the
   // tensor cores, warp t taking positions 16 t .. 16 t + 15 (bc_ring_mma), and the current token by the last warp
-  // as below; Fp32Read: a warp per position.
+  // (a lane's four columns as one vector of each); Fp32Read: a warp per position.
   if constexpr (kNvfp4) {
-    if (warp * 16 < L) bc_ring_mma(rB_s, C_s, L, warp * 16, lane, s_bc);
-  }
-  for (int j = kNvfp4 ? (warp == kWarps - 1 ? L : L + 1) : warp; j <= L; j += kWarps) {
-    float d = 0.f;
-#pragma unroll
-    for (int e = 0; e < kN / 32; ++e) {
-      const int n = lane * (kN / 32) + e;
-      d = fmaf(j < L ? to_float(rB_s[j * kN + n]) : s_Bcur[n], C_s[n], d);
+    if (warp * 16 < L) bc_ring_mma<Fmt::kRingBStride>(rB_s, C_s, L, warp * 16, lane, s_bc);
+    if (warp == kWarps - 1) {
+      static_assert(kN == 4 * 32, "four columns per lane");
+      const float4 bv = reinterpret_cast<const float4*>(s_Bcur)[lane], cv = reinterpret_cast<const float4*>(C_s)[lane];
+      float d = fmaf(bv.w, cv.w, fmaf(bv.z, cv.z, fmaf(bv.y, cv.y, fmaf(bv.x, cv.x, 0.f))));
+      d = group_sum<32>(d);
+      if (lane == 0) s_bc[L] = d;
     }
-    d = group_sum<32>(d);
-    if (lane == 0) s_bc[j] = d;
+  } else {
+    for (int j = warp; j <= L; j += kWarps) {
+      float d = 0.f;
+#pragma unroll
+      for (int e = 0; e < kN / 32; ++e) {
+        const int n = lane * (kN / 32) + e;
+        d = fmaf(j < L ? to_float(rB_s[j * kN + n]) : s_Bcur[n], C_s[n], d);
+      }
+      d = group_sum<32>(d);
+      if (lane == 0) s_bc[j] = d;
+    }
   }
   if constexpr (Fmt::kFlushRows) {  // a flushing head's records in fp32 (exact), the current B at index L
     bool flushes = false;
