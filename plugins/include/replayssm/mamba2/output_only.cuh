@@ -202,10 +202,10 @@ struct Nvfp4MmaT {
   // The warp's B fragments from C in registers, four columns per lane (lane l: columns 4 l .. 4 l + 3), so that no
   // block barrier (for a shared copy of C) comes before the rows (H200, Super L16, twenty-first session, two calls:
   // non-flush b256 level, and 72.4-72.5 us against 73.2 with C from shared memory after a barrier;
-  // benchmarks/ab_session21.md). sC from
-  // max |C| (every warp finds the same). Lane (g, c) holds nonzero fragments only for g / 2 == c (column g is lane c's
-  // block in MMAs q = 2 (g % 2) + qq, qq < 2), whose k slots take columns 16 g + 8 qq + par + i (i = 0, 2, 4, 6): lane
-  // 4 g + 2 qq + (par + i) / 4 holds them as its element (par + i) % 4, so 16 shuffles gather them.
+  // benchmarks/ab_session21.md). sC from max |C| (every warp finds the same). Lane (g, c) holds nonzero fragments
+  // only for g / 2 == c (column g is lane c's block in MMAs q = 2 (g % 2) + qq, qq < 2), whose k slots take columns
+  // 16 g + 8 qq + par + i (i = 0, 2, 4, 6): lane 4 g + 2 qq + (par + i) / 4 holds them as its element (par + i) % 4,
+  // so 16 shuffles gather them.
   __device__ static Ctx context(const float (&c4)[4], int lane) {
     float m = fmaxf(fmaxf(fabsf(c4[0]), fabsf(c4[1])), fmaxf(fabsf(c4[2]), fabsf(c4[3])));
     m = group_max<32>(m);
