@@ -736,8 +736,8 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
   if (flush_only) {
     // At most one wave of blocks: the output-only launch may start only once every block of this one has started,
     // so a second wave would hold it back until the first wave's scans end, even when no row flushes (a block then
-    // takes its share of the flushing rows in turn, as the blocks of later waves would have). At least ceil(batch / s_rows' capacity) blocks per
-    // (group, chunk).
+    // takes its share of the flushing rows in turn, as the blocks of later waves would have). At least
+    // ceil(batch / s_rows' capacity) blocks per (group, chunk).
     // (the occupancy query once per device, launch configuration and host thread, not at every step)
     thread_local int cached_device = -1, cached_threads = -1, cached_bytes = -1, per_sm = 0;
     int device = 0;
