@@ -73,7 +73,7 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
   fold_ring_records<Tl>(s, hist, origin, L, w0, w1, ru, V, rk, K, col_lane);
 }
 
-// One warp's (batch row b, unit) of the step: unit = (value head, tile of RW rows); slot_word the row's slot (or
+// One warp's (batch row b, value head hv, tile of RW rows) of the step; slot_word the row's slot (or
 // padding; the latency route's load of it may still be in flight), s_urow the warp's RW floats of shared memory.
 // What does not depend on the slot is computed first: the warp's head and tile, the key head (integer divisions),
 // the addresses of k, q and v (their loads stand before the padding check in the source, so that this arithmetic
@@ -82,13 +82,12 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
 // (issue_loads_here, as mamba2/conventional.cuh). The conventional step stores the state with plain stores, the
 // latency route with streaming ones (conventional_step_kernel below).
 template <typename StateT, typename ActT, int K, bool kReplay>
-__device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& p, int b, int unit, int slot_word,
-                                                  int warp, int lane, float* s_urow) {
+__device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& p, int b, int hv, int tile,
+                                                  int slot_word, int warp, int lane, float* s_urow) {
   using Tl = Tiling<StateT, K>;
   constexpr int VEC = Tl::VEC, LPR = Tl::LPR, NV = Tl::NV, RPI = Tl::RPI, KI = Tl::KI, RW = Tl::RW;
   constexpr int SHARE = Tl::SHARE;
   const int HV = p.num_v_heads, V = p.head_v_dim, tiles = V / RW;
-  const int hv = unit / tiles, tile = unit - hv * tiles;
   if (hv >= HV) return;
   const int kh = hv / (HV / p.num_k_heads);
   const int seg = lane / LPR, col_lane = lane % LPR;
@@ -214,12 +213,14 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
   issue_loads_here();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  conventional_tile<StateT, ActT, K, true>(p, b, blockIdx.x * kConventionalWarpsPerBlock + warp, slot_word, warp,
-                                           lane, s_urow[warp]);
+  const int tiles = p.head_v_dim / Tiling<StateT, K>::RW, unit = blockIdx.x * kConventionalWarpsPerBlock + warp;
+  const int hv = unit / tiles;
+  conventional_tile<StateT, ActT, K, true>(p, b, hv, unit - hv * tiles, slot_word, warp, lane, s_urow[warp]);
 }
 
-// The conventional step: one warp per block and tile, one grid row per batch row (the blocks of consecutive units
-// of a row are dispatched in order, so the tiles in flight at a time are consecutive in memory); plain state stores
+// The conventional step: one warp per block and tile, grid (tile, value head, batch row), so that no integer
+// division stands before the slot index's load (the blocks of consecutive tiles and heads of a row are dispatched
+// in order, so the tiles in flight at a time are consecutive in memory); plain state stores
 // (the latency route keeps streaming ones). H200, seventeenth session, Qwen3.5-122B, fp32 state, two passes
 // (benchmarks/ab_session17.md): plain stores b256 526.1 / 525.8 us against 528.0 / 528.1 streaming, b512 -0.4 %.
 // Lost there: persistent warps walking tiles t, t + grid (next slot index loaded ahead; +12-17 %, +30 % with a
@@ -231,10 +232,10 @@ template <typename StateT, typename ActT, int K>
 __global__ void __launch_bounds__(32, kConventionalStepMinBlocksPerSm<K>)
     conventional_step_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
   __shared__ float s_urow[Tiling<StateT, K>::RW];
-  const int b = blockIdx.y;
+  const int b = blockIdx.z;
   const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
   issue_loads_here();
-  conventional_tile<StateT, ActT, K, false>(p, b, blockIdx.x, slot_word, 0, threadIdx.x, s_urow);
+  conventional_tile<StateT, ActT, K, false>(p, b, blockIdx.y, blockIdx.x, slot_word, 0, threadIdx.x, s_urow);
 }
 
 // Host launches (params already validated). The latency route: one block of four warps per (4 units, batch row),
@@ -250,7 +251,7 @@ cudaError_t launch_latency_route(const rssm_gdn_decode_params& p, cudaStream_t s
 
 template <typename StateT, typename ActT, int K>
 cudaError_t launch_conventional_step(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  const dim3 grid(p.num_v_heads * (p.head_v_dim / Tiling<StateT, K>::RW), p.batch);
+  const dim3 grid(p.head_v_dim / Tiling<StateT, K>::RW, p.num_v_heads, p.batch);
   conventional_step_kernel<StateT, ActT, K><<<grid, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
