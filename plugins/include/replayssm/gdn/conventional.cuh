@@ -203,19 +203,19 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
 }
 
 
-// The latency route: one launch over (value head, tile) x batch row, blocks of four warps (one cursor replica each).
-// The slot index goes out first, and what does not depend on it is computed while it is in flight (above).
+// The latency route: grid (four tiles, value head, batch row), blocks of four warps (one cursor replica each; a
+// head's tiles are a multiple of four). The slot index goes out first, and what does not depend on it is computed
+// while it is in flight (above).
 template <typename StateT, typename ActT, int K>
 __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     latency_route_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
   __shared__ float s_urow[kConventionalWarpsPerBlock][Tiling<StateT, K>::RW];
-  const int b = blockIdx.y;
+  const int b = blockIdx.z;
   const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
   issue_loads_here();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int tiles = p.head_v_dim / Tiling<StateT, K>::RW, unit = blockIdx.x * kConventionalWarpsPerBlock + warp;
-  const int hv = unit / tiles;
-  conventional_tile<StateT, ActT, K, true>(p, b, hv, unit - hv * tiles, slot_word, warp, lane, s_urow[warp]);
+  conventional_tile<StateT, ActT, K, true>(p, b, blockIdx.y, blockIdx.x * kConventionalWarpsPerBlock + warp,
+                                           slot_word, warp, lane, s_urow[warp]);
 }
 
 // The conventional step: one warp per block and tile, grid (tile, value head, batch row), so that no integer
@@ -238,13 +238,13 @@ __global__ void __launch_bounds__(32, kConventionalStepMinBlocksPerSm<K>)
   conventional_tile<StateT, ActT, K, false>(p, b, blockIdx.y, blockIdx.x, slot_word, 0, threadIdx.x, s_urow);
 }
 
-// Host launches (params already validated). The latency route: one block of four warps per (4 units, batch row),
+// Host launches (params already validated). The latency route: one block of four warps per (4 tiles, head, batch row),
 // over a ReplaySSM pool (fp32 checkpoint, scalar decay; see the header comment). The conventional step: one
-// one-warp block per (unit, batch row).
+// one-warp block per (tile, head, batch row).
 template <typename StateT, typename ActT, int K>
 cudaError_t launch_latency_route(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  const int units = p.num_v_heads * (p.head_v_dim / Tiling<StateT, K>::RW);
-  const dim3 grid((units + kConventionalWarpsPerBlock - 1) / kConventionalWarpsPerBlock, p.batch);
+  // (V K / 1024 tiles per head, V and K in {64, 128, 256}: a multiple of four)
+  const dim3 grid(p.head_v_dim / Tiling<StateT, K>::RW / kConventionalWarpsPerBlock, p.num_v_heads, p.batch);
   latency_route_kernel<StateT, ActT, K><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -511,7 +511,8 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   };
   for (int a = kFirstL2 ? 0 : 1; a <= ahead; ++a) prefetch_batch(a * kBatch);
 
-  // The prologue's own loads (C and the current B: a thread per column; per head: the cursor (replica 0; all
+  // The prologue's own loads (the current B: a thread per column; C: a thread per column, or with an nvfp4 copy
+  // four columns per lane, every warp, and warp 0 writes C_s from them; per head: the cursor (replica 0; all
   // replicas agree at the start of a step), dt, dt_bias, A, D) all go out before any of them is used
   // (issue_loads_here): used as they arrived, each waited for the one before (five memory round trips in a row
   // before the block's first barrier, in the SASS of the H200 build).
@@ -519,11 +520,12 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const ActT* const Cg = static_cast<const ActT*>(p.C) + b * p.C_batch_stride + group * p.C_group_stride;
   const ActT* const Bg = static_cast<const ActT*>(p.B) + b * p.B_batch_stride + group * p.B_group_stride;
   const bool column = threadIdx.x < kN, head_thread = threadIdx.x < hpb;
-  const ActT c_raw = column ? Cg[threadIdx.x] : ActT{}, b_raw = column ? Bg[threadIdx.x] : ActT{};
-  ActT c4_raw[4] = {};  // nvfp4: the lane's four columns of C, for its B fragments (context)
-  if constexpr (kNvfp4)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c4_raw[e] = Cg[lane * 4 + e];
+  const ActT c_raw = column && !kNvfp4 ? Cg[threadIdx.x] : ActT{}, b_raw = column ? Bg[threadIdx.x] : ActT{};
+  // nvfp4: the lane's four columns of C (one vector), for its B fragments (context) and, from warp 0, C_s. H200,
+  // Super L16, one run, three passes against the column threads' own loads of C (benchmarks/ab_session22.md):
+  // non-flush b512 131.9-132.3 us against 133.0-133.1, b256 71.4-71.8 against 71.5-71.7.
+  Packed<ActT, 4> c4_raw{};
+  if constexpr (kNvfp4) c4_raw = *reinterpret_cast<const Packed<ActT, 4>*>(Cg + lane * 4);
   const int head = head0 + (head_thread ? threadIdx.x : 0);
   const int32_t* const cur = cursor + (head - head0) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   const int hist_word = head_thread ? cur[RSSM_CURSOR_HISTORY] : 0;
@@ -543,9 +545,13 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   if constexpr (kNvfp4) stage_ring_prologue();
   issue_loads_here();
   if (column) {
-    C_s[threadIdx.x] = to_float(c_raw);
+    if constexpr (!kNvfp4) C_s[threadIdx.x] = to_float(c_raw);
     s_Bcur[threadIdx.x] = to_float(b_raw);
   }
+  if constexpr (kNvfp4)
+    if (warp == 0)
+      reinterpret_cast<float4*>(C_s)[lane] =
+          make_float4(to_float(c4_raw.v[0]), to_float(c4_raw.v[1]), to_float(c4_raw.v[2]), to_float(c4_raw.v[3]));
   if (head_thread) {
     s_hist[threadIdx.x] = clamp_history(hist_word, L);
     s_origin[threadIdx.x] = wrap_origin(origin_word, L);
@@ -585,7 +591,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
     {
       float c4[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c4[e] = to_float(c4_raw[e]);
+      for (int e = 0; e < 4; ++e) c4[e] = to_float(c4_raw.v[e]);
       ctx = Fmt::context(c4, lane);
     }
     {
