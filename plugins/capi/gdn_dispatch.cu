@@ -93,7 +93,7 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
                 p.num_v_heads, p.num_k_heads);
-  if (p.num_v_heads > 65535)  // (a grid dimension of the conventional step)
+  if (p.num_v_heads > 65535)  // (a grid dimension of the conventional step and the latency route)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d is out of range (1..65535)", p.num_v_heads);
   if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.mode == RSSM_GDN_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))

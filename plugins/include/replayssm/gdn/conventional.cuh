@@ -75,10 +75,10 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
 
 // One warp's (batch row b, value head hv, tile of RW rows) of the step; slot_word the row's slot (or
 // padding; the latency route's load of it may still be in flight), s_urow the warp's RW floats of shared memory.
-// What does not depend on the slot is computed first: the warp's head and tile, the key head (integer divisions),
-// the addresses of k, q and v (their loads stand before the padding check in the source, so that this arithmetic
-// does too: a padding row may read its inputs, never the pool). Then the padding check, the cursor's words and the
-// state, then the gates. Every load is issued before any branch on a loaded value but the padding check
+// What does not depend on the slot is computed first: the key head (an integer division; head and tile come from
+// the grid), the addresses of k, q and v (their loads stand before the padding check in the source, so that this
+// arithmetic does too: a padding row may read its inputs, never the pool). Then the padding check, the cursor's
+// words and the state, then the gates. Every load is issued before any branch on a loaded value but the padding check
 // (issue_loads_here, as mamba2/conventional.cuh). The conventional step stores the state with plain stores, the
 // latency route with streaming ones (conventional_step_kernel below).
 template <typename StateT, typename ActT, int K, bool kReplay>
