@@ -81,7 +81,8 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
 // words and the state, then the gates. Every load is issued before any branch on a loaded value but the padding check
 // (issue_loads_here, as mamba2/conventional.cuh). The conventional step stores the state with plain stores, the
 // latency route with streaming ones (conventional_step_kernel below).
-template <typename StateT, typename ActT, int K, bool kReplay>
+template <typename StateT, typename ActT, int K, bool kReplay, bool kPreparedInputs = !kReplay,
+          bool kStreamStores = false>
 __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& p, int b, int hv, int tile,
                                                   int slot_word, int warp, int lane, float* s_urow) {
   using Tl = Tiling<StateT, K>;
@@ -123,7 +124,7 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
   // The gates last: the latency route's raw-or-precomputed loads are ~100 instructions of branches on the
   // parameters, which ahead of the padding check delayed the state loads (b1 4.5-4.6 us against 4.4).
   HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
-  if constexpr (!kReplay) {
+  if constexpr (kPreparedInputs) {
     gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
     gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
   } else {
@@ -132,14 +133,15 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
   issue_loads_here();
 
   float g, beta, abar;
-  if constexpr (!kReplay) {
+  if constexpr (kPreparedInputs) {
     g = gates_in.a_or_g, beta = gates_in.b_or_beta;
-    abar = expf(g);
   } else {
-    static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
     prepare_qk<ActT, NV, VEC, LPR>(p, Kc, Qc);
     head_gates(p, gates_in, g, beta);
-    abar = expf(g);
+  }
+  abar = expf(g);
+  if constexpr (kReplay) {
+    static_assert(std::is_same_v<StateT, float>, "the latency route keeps an fp32 checkpoint");
     const int L = p.buffer_len, hist = clamp_history(hist_word, L);
     if (hist > 0) {  // block-uniform (one replica per block): fold the window's records (S0 scaled by their decay)
       // Every warp of the block has read the replica before warp 0 rewrites it. A block whose replica holds no
@@ -189,7 +191,7 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
     part[i] = lane_dot(s[i], Qc);
 #pragma unroll
     for (int c = 0; c < NV; ++c) {
-      if constexpr (!kReplay)  // plain stores (see the comment above)
+      if constexpr (!kStreamStores)  // plain stores (see the comment above)
         *reinterpret_cast<uint4*>(st + vec_off(i, c)) = pack<StateT, VEC>(s[i][c]);  // WRITES state
       else
         store_stream(st + vec_off(i, c), pack<StateT, VEC>(s[i][c]));  // WRITES state
@@ -206,7 +208,7 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
 // The latency route: grid (four tiles, value head, batch row), blocks of four warps (one cursor replica each; a
 // head's tiles are a multiple of four). The slot index goes out first, and what does not depend on it is computed
 // while it is in flight (above).
-template <typename StateT, typename ActT, int K>
+template <typename StateT, typename ActT, int K, bool kPreparedInputs>
 __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
     latency_route_kernel(const __grid_constant__ rssm_gdn_decode_params p) {
   __shared__ float s_urow[kConventionalWarpsPerBlock][Tiling<StateT, K>::RW];
@@ -214,8 +216,8 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
   const int slot_word = p.slot_idx ? p.slot_idx[b] : b;
   issue_loads_here();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  conventional_tile<StateT, ActT, K, true>(p, b, blockIdx.y, blockIdx.x * kConventionalWarpsPerBlock + warp,
-                                           slot_word, warp, lane, s_urow[warp]);
+  conventional_tile<StateT, ActT, K, true, kPreparedInputs, /*kStreamStores=*/true>(
+      p, b, blockIdx.y, blockIdx.x * kConventionalWarpsPerBlock + warp, slot_word, warp, lane, s_urow[warp]);
 }
 
 // The conventional step: one warp per block and tile, grid (tile, value head, batch row), so that no integer
@@ -245,7 +247,14 @@ template <typename StateT, typename ActT, int K>
 cudaError_t launch_latency_route(const rssm_gdn_decode_params& p, cudaStream_t stream) {
   // (V K / 1024 tiles per head, V and K in {64, 128, 256}: a multiple of four)
   const dim3 grid(p.head_v_dim / Tiling<StateT, K>::RW / kConventionalWarpsPerBlock, p.num_v_heads, p.batch);
-  latency_route_kernel<StateT, ActT, K><<<grid, kConventionalWarpsPerBlock * 32, 0, stream>>>(p);
+  // Prepared inputs (precomputed gates, no in-kernel q / k preparation): an instance without the branches of the
+  // raw-or-prepared inputs. H200, one run, two passes (benchmarks/ab_session22.md section 4): steady state (history
+  // 0) level at b1 / b8, steps with records to fold -0.5 us at b1 (non-flush 6.7 against 7.2-7.3) and -1 us at b8.
+  const dim3 block(kConventionalWarpsPerBlock * 32);
+  if (p.gate_mode != RSSM_GDN_GATES_RAW && p.qk_flags == 0)
+    latency_route_kernel<StateT, ActT, K, true><<<grid, block, 0, stream>>>(p);
+  else
+    latency_route_kernel<StateT, ActT, K, false><<<grid, block, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
