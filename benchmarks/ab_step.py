@@ -2,6 +2,7 @@
 
     RSSM_LIBRARY=<build>/libreplayssm.so python benchmarks/ab_step.py NAME [--batches 64,256] [--L 16]
         [--families mamba2,gdn] [--conv-only] [--fla-cfg VK/BV8/w1/s3 [--fla-wheel WHEEL]] [--env VAR=v1,v2]
+        [--graph-launches N]
 
 Prints one line per (family, batch): our conventional step, the ReplaySSM step amortised over staggered
 cursors, every row on the output-only route (history L/2) or every row flushing; the amortised step's achieved
@@ -29,6 +30,7 @@ from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 
 LAUNCHES = 64
+GRAPH_LAUNCHES = None  # --graph-launches: exact launches per graph for every GDN line (diagnostics)
 
 
 def bandwidth(nbytes, us, copy_gbs):
@@ -81,6 +83,7 @@ def gdn_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None, conv_only=
     slots = pool_slots(batch, HV * K * K * 4)
     slot_sets = cold_slot_sets(slots, batch, HV * K * K * 4, device=dev)
     n, order = graph_launches(LAUNCHES, len(slot_sets), L), torch.cat(slot_sets).long()
+    n = GRAPH_LAUNCHES or n
     q = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
     k = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
     v = torch.randn(batch, HV, K, device=dev).bfloat16()
@@ -133,7 +136,11 @@ def main():
     ap.add_argument("--fla-wheel", default=".cache/wheels/fla_core-0.6.0-py3-none-any.whl")
     ap.add_argument("--env", default=None, help="VAR=v1,v2,...: time the library under each value of an environment "
                     "knob it reads at launch (RSSM_NVFP4_LEAN, RSSM_ROUTES, ...), in two alternating passes")
+    ap.add_argument("--graph-launches", type=int, default=None,
+                    help="GDN: exactly this many launches per CUDA graph for every method (default: as the tables)")
     args = ap.parse_args()
+    global GRAPH_LAUNCHES
+    GRAPH_LAUNCHES = args.graph_launches
     families = set(args.families.split(","))
     dev = torch.device("cuda")
     fla = None

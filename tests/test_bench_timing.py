@@ -1,8 +1,10 @@
-"""The benchmarks' pool sizing and cold-L2 slot rotation (trtllm_replayssm/bench/timing.py): CPU only."""
+"""The benchmarks' pool sizing and cold-L2 slot rotation (trtllm_replayssm/bench/timing.py), and on a GPU
+that a process's first graph timing is made twice and the first result dropped."""
 
 import pytest
 import torch
 
+from trtllm_replayssm.bench import timing
 from trtllm_replayssm.bench.timing import L2_BYTES, cold_slot_sets, graph_launches, pool_slots
 
 MIB = 1 << 20
@@ -34,3 +36,19 @@ def test_graph_launches_are_whole_passes_of_whole_periods(base, sets, period):
     n = graph_launches(base, sets, period)
     assert n >= base and n % (sets * period) == 0
     assert n - sets * period < base, "more launches than needed"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_first_graph_timing_of_a_process_is_made_twice(monkeypatch):
+    monkeypatch.setattr(timing, "_settled", False)
+    x = torch.randn(1024, device="cuda")
+    calls = []
+    step = lambda: calls.append(x.mul_(1.0))  # noqa: E731 (one kernel; the Python call counts eager + capture)
+    n = 5
+    assert timing.time_graph_us(step, n) > 0
+    assert len(calls) == 2 * (2 + n), "the first timing of the process was not repeated"
+    calls.clear()
+    assert timing.time_graph_us(step, n) > 0
+    assert len(calls) == 2 + n, "a later timing was repeated"
+    calls.clear()
+    assert timing.time_graph_us_raw(step, n) > 0 and len(calls) == 2 + n
