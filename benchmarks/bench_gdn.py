@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from trtllm_replayssm.bench.bytes_model import gdn_conventional_bytes, gdn_replay_amortised_bytes
-from trtllm_replayssm.bench.timing import (cold_slot_sets, copy_bandwidth_gbs, graph_launches, pool_slots,
-                                           time_graph_us)
+from trtllm_replayssm.bench.timing import (cold_slot_sets, copy_bandwidth_gbs, graph_launches, median_of_passes,
+                                           pool_slots, time_graph_us)
 from trtllm_replayssm.config import CURSOR_HISTORY, DEFAULT_LATENCY_ROUTE_BYTES, GdnLayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_step, l2norm
@@ -251,20 +251,24 @@ def bench_replay(shape, batch, slot_sets, Ls, split_L, launches, entry, row, ker
         torch.cuda.empty_cache()
 
 
-def bench_point(shape_name, shape, batch, Ls, split_L, fr, sweep, launches, cold_l2, entry, kernels=None):
-    """One (shape, batch) row. `kernels`, when an empty dict, is filled with the kernels each method launches."""
+def bench_point(shape_name, shape, batch, Ls, split_L, fr, sweep, launches, cold_l2, entry, kernels=None,
+                reverse=False):
+    """One (shape, batch) row: the conventional kernels (ours, fla's) then ReplaySSM, or (reverse) the other way
+    round. `kernels`, when an empty dict, is filled with the kernels each method launches."""
     dev = torch.device("cuda")
     state_bytes = shape.num_v_heads * shape.head_v_dim * shape.head_k_dim * 4
     num_slots = pool_slots(batch, state_bytes)
     slot_sets = cold_slot_sets(num_slots, batch, state_bytes, cold_l2, dev)
     row = {"shape": shape_name, "batch": batch, "slots": num_slots, "slot_sets": len(slot_sets)}
-    bench_conventional(shape, batch, slot_sets, fr, sweep, launches, entry, row, kernels)
-    torch.cuda.empty_cache()
-    bench_replay(shape, batch, slot_sets, Ls, split_L, launches, entry, row, kernels)
+    parts = [lambda: bench_conventional(shape, batch, slot_sets, fr, sweep, launches, entry, row, kernels),
+             lambda: bench_replay(shape, batch, slot_sets, Ls, split_L, launches, entry, row, kernels)]
+    for part in reversed(parts) if reverse else parts:
+        part()
+        torch.cuda.empty_cache()
     return row
 
 
-def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_l2, entry):
+def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_l2, entry, passes=1):
     def launched(names):
         return "not seen" if not names else f"{len(names)} ({', '.join(sorted(set(n[:48] for n in names)))})"
 
@@ -300,6 +304,10 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
         "Every launch in a graph reuses the same rows (small batches run from a warm L2).",
         f"Kernels launched per timed step: {kern}.",
     ]
+    if passes > 1:
+        notes.append(f"Each figure is the median of {passes} passes over its point, every other pass timing "
+                     "ReplaySSM first and the conventional kernels after it; `fla best` is the configuration with "
+                     "the best median.")
     lines = [f"# Gated DeltaNet decode, one layer ({device_name})", "", " ".join(notes), ""]
     head = ["shape", "batch", "conv µs", "conv (fla's windows) µs", "fla default µs", "fla best µs (cfg)",
             "conv TB/s", "fla best TB/s"]
@@ -348,6 +356,9 @@ def main(argv=None):
                     help="time our kernels through the public ops (default) or through the kernel binding alone")
     ap.add_argument("--cold-l2", action=argparse.BooleanOptionalAction, default=True,
                     help="rotate disjoint slot sets across the launches of a graph (default: on)")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="passes over each point, every other one in the opposite order; each figure is the median "
+                         "over the passes (fla best: the sweep's best median; use an odd number)")
     args = ap.parse_args(argv)
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
     if unknown:
@@ -361,24 +372,30 @@ def main(argv=None):
     sweep = list(itertools.product((False, True), ints(args.fla_bv), ints(args.fla_warps), ints(args.fla_stages)))
     copy_gbs = copy_bandwidth_gbs()
     print(f"# copy bandwidth (read+write): {copy_gbs / 1e3:.2f} TB/s", flush=True)
-    rows, kernels = [], {}
+    rows, pass_rows, kernels = [], [], {}
     t0 = time.time()
     for name in args.shapes.split(","):
         check_fla(fr, SHAPES[name], dev)
         print(f"# fla-core {fla_version} matches the reference step on {name} (both state layouts)", flush=True)
         kernels[name] = {}
         for batch in ints(args.batches):
-            r = bench_point(name, SHAPES[name], batch, Ls, args.split_L, fr, sweep, args.launches, args.cold_l2,
-                            args.ours_entry, kernels[name])
+            passes = [bench_point(name, SHAPES[name], batch, Ls, args.split_L, fr, sweep, args.launches,
+                                  args.cold_l2, args.ours_entry, kernels[name], reverse=i % 2 == 1)
+                      for i in range(args.passes)]
+            pass_rows.append(passes)
+            r = median_of_passes(passes)
+            r["fla_best_cfg"] = min(r["fla_sweep_us"], key=r["fla_sweep_us"].get)  # of the medians
+            r["fla_best_us"] = r["fla_sweep_us"][r["fla_best_cfg"]]
             rows.append(r)
             print(json.dumps(r), flush=True)
         print(f"# kernels per step, {name}: {json.dumps(kernels[name])}", flush=True)
     text = render(rows, copy_gbs, Ls, args.split_L, torch.cuda.get_device_name(), fla_version, kernels,
-                  args.cold_l2, args.ours_entry)
+                  args.cold_l2, args.ours_entry, args.passes)
     args.out.write_text(text)
     if args.json:
         args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "fla_version": fla_version, "cold_l2": args.cold_l2,
-                                         "ours_entry": args.ours_entry, "kernels": kernels, "rows": rows},
+                                         "ours_entry": args.ours_entry, "kernels": kernels, "rows": rows,
+                                         "passes": args.passes, "pass_rows": pass_rows if args.passes > 1 else None},
                                         indent=1))
     print(f"# {time.time() - t0:.0f} s")
     print(text)

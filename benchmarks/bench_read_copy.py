@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from trtllm_replayssm.bench.bytes_model import gdn_io_bytes, mamba2_io_bytes
-from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, pool_slots, time_graph_us
+from trtllm_replayssm.bench.timing import copy_bandwidth_gbs, median_of_passes, pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, GDN_KERNEL_READ_FORMATS, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import l2norm
@@ -59,7 +59,7 @@ def gdn_nonflush_bytes(shape: GdnLayerShape, L: int, fmt: str, act_bytes: int = 
     return tile + record * (L // 2 + 1) + gdn_io_bytes(shape, act_bytes)
 
 
-def bench_point_gdn(shape_name, shape, batch, L, formats, launches):
+def bench_point_gdn(shape_name, shape, batch, L, formats, launches, reverse=False):
     dev = torch.device("cuda")
     H, HV, K, V = shape.num_k_heads, shape.num_v_heads, shape.head_k_dim, shape.head_v_dim
     num_slots = pool_slots(batch, HV * V * K * 4)
@@ -73,12 +73,15 @@ def bench_point_gdn(shape_name, shape, batch, L, formats, launches):
     prepared = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, slot_idx=idx, out=out)
     row = {"shape": shape_name, "batch": batch, "L": L, "slots": num_slots}
 
-    state = torch.randn(num_slots, HV, V, K, device=dev) * 0.1
-    row["conv_us"] = time_graph_us(lambda: gdn_conventional_decode(state, shape, q, k, v, **prepared), launches)
-    del state
-    torch.cuda.empty_cache()
+    def conv():
+        state = torch.randn(num_slots, HV, V, K, device=dev) * 0.1
+        row["conv_us"] = time_graph_us(lambda: gdn_conventional_decode(state, shape, q, k, v, **prepared), launches)
+        del state
+        torch.cuda.empty_cache()
 
-    for fmt in formats:
+    if not reverse:
+        conv()
+    for fmt in (reversed(formats) if reverse else formats):
         if fmt != "none" and fmt not in GDN_KERNEL_READ_FORMATS:
             continue  # no GDN kernel for this copy: the table shows "-"
         pool = GdnStatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16, fmt), device=dev)
@@ -100,12 +103,16 @@ def bench_point_gdn(shape_name, shape, batch, L, formats, launches):
                                       / (row[f"{fmt}_nonflush_us"] * 1e-6) / 1e12)
         del pool
         torch.cuda.empty_cache()
+    if reverse:
+        conv()
     return row
 
 
-def bench_point(shape_name, shape, batch, L, formats, launches):
+def bench_point(shape_name, shape, batch, L, formats, launches, reverse=False):
+    """One (shape, batch) row: our conventional kernel, then each read format in turn (reverse: the formats in
+    the opposite order, then the conventional kernel)."""
     if isinstance(shape, GdnLayerShape):
-        return bench_point_gdn(shape_name, shape, batch, L, formats, launches)
+        return bench_point_gdn(shape_name, shape, batch, L, formats, launches, reverse)
     dev = torch.device("cuda")
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
     num_slots = pool_slots(batch, H * P * N * 4)
@@ -121,14 +128,17 @@ def bench_point(shape_name, shape, batch, L, formats, launches):
     out = torch.empty_like(x)
     row = {"shape": shape_name, "batch": batch, "L": L, "slots": num_slots}
 
-    state = torch.randn(num_slots, H, P, N, device=dev)
-    row["conv_us"] = time_graph_us(
-        lambda: conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out),
-        launches)
-    del state
-    torch.cuda.empty_cache()
+    def conv():
+        state = torch.randn(num_slots, H, P, N, device=dev)
+        row["conv_us"] = time_graph_us(
+            lambda: conventional_decode(state, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=idx, out=out),
+            launches)
+        del state
+        torch.cuda.empty_cache()
 
-    for fmt in formats:
+    if not reverse:
+        conv()
+    for fmt in (reversed(formats) if reverse else formats):
         pool = Mamba2StatePool(shape, num_slots, ReplayConfig(L, torch.float32, torch.bfloat16, fmt), device=dev)
         pool.checkpoint.normal_()
         pool.ring_x.normal_()
@@ -147,16 +157,20 @@ def bench_point(shape_name, shape, batch, L, formats, launches):
         row[f"{fmt}_nonflush_tbs"] = nonflush_bytes(shape, L, fmt) * batch / (row[f"{fmt}_nonflush_us"] * 1e-6) / 1e12
         del pool
         torch.cuda.empty_cache()
+    if reverse:
+        conv()
     return row
 
 
-def render(rows, formats, copy_gbs, device_name):
+def render(rows, formats, copy_gbs, device_name, passes=1):
     lines = [f"# Mamba-2 decode with read copies ({device_name})", "",
              f"fp32 checkpoint, bf16 activations, z gate, D, dt_bias. CUDA graphs, median µs per step; copy bandwidth "
              f"(read+write) in the same run: **{copy_gbs / 1e3:.2f} TB/s**. Per read format: non-flush step (every "
              f"row output-only, history L/2), all-flush step, amortised step (staggered phases); `vs fp32` = "
              f"speed-up over read format none; `vs conv` = amortised speed-up over our conventional kernel; TB/s = "
-             f"non-flush bytes model (benchmarks/bench_read_copy.py) over the time.", ""]
+             f"non-flush bytes model (benchmarks/bench_read_copy.py) over the time."
+             + (f" Each figure is the median of {passes} passes over its point, every other pass timing the "
+                f"methods in the opposite order." if passes > 1 else ""), ""]
     if any(r["shape"] in SHAPES and isinstance(SHAPES[r["shape"]], GdnLayerShape) for r in rows):
         lines += ["GDN rows (Qwen3.5): prepared q, k, precomputed g, beta. A GDN non-flush row reads the fp32 "
                   "checkpoint (S0 k feeds the correction u, hence the recurrence) and the copy (S0 q): a copy adds "
@@ -188,6 +202,9 @@ def main(argv=None):
     ap.add_argument("--batches", default="64,256,512")
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--launches", type=int, default=32, help="launches per CUDA graph")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="passes over each point, every other one in the opposite order; each figure is the median "
+                         "over the passes (use an odd number)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -195,17 +212,21 @@ def main(argv=None):
     formats = args.read_formats.split(",")
     copy_gbs = copy_bandwidth_gbs()
     print(f"# copy bandwidth (read+write): {copy_gbs / 1e3:.2f} TB/s", flush=True)
-    rows, t0 = [], time.time()
+    rows, pass_rows, t0 = [], [], time.time()
     for name in args.shapes.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            r = bench_point(name, SHAPES[name], batch, args.L, formats, args.launches)
+            passes = [bench_point(name, SHAPES[name], batch, args.L, formats, args.launches, i % 2 == 1)
+                      for i in range(args.passes)]
+            pass_rows.append(passes)
+            r = median_of_passes(passes)
             rows.append(r)
             print(json.dumps(r), flush=True)
-    text = render(rows, formats, copy_gbs, torch.cuda.get_device_name())
+    text = render(rows, formats, copy_gbs, torch.cuda.get_device_name(), args.passes)
     if args.out:
         args.out.write_text(text)
     if args.json:
-        args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "passes": args.passes, "rows": rows,
+                                         "pass_rows": pass_rows if args.passes > 1 else None}, indent=1))
     print(f"# {time.time() - t0:.0f} s")
     print(text)
 

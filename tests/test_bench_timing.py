@@ -38,6 +38,14 @@ def test_graph_launches_are_whole_passes_of_whole_periods(base, sets, period):
     assert n - sets * period < base, "more launches than needed"
 
 
+def test_median_of_passes_takes_every_number_and_nested_number_median():
+    rows = [{"shape": "s", "batch": 8, "us": 3.0, "sweep": {"a": 1.0, "b": 9.0}, "cfg": "a"},
+            {"shape": "s", "batch": 8, "us": 1.0, "sweep": {"a": 5.0, "b": 2.0}, "cfg": "b"},
+            {"shape": "s", "batch": 8, "us": 2.0, "sweep": {"a": 4.0, "b": 3.0}, "cfg": "b"}]
+    m = timing.median_of_passes(rows)
+    assert m == {"shape": "s", "batch": 8, "us": 2.0, "sweep": {"a": 4.0, "b": 3.0}, "cfg": "a"}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_first_graph_timing_of_a_process_is_made_twice(monkeypatch):
     monkeypatch.setattr(timing, "_settled", False)

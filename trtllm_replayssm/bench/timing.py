@@ -78,6 +78,21 @@ def time_graph_us_raw(step, launches_per_graph: int, replays: int = 10, warmup: 
     return statistics.median(times)
 
 
+def median_of_passes(rows: list[dict]) -> dict:
+    """One result row from the rows of several passes over the same point: every number (and every number in a
+    nested dict) the median over the passes, anything else as the first pass has it. With an odd number of passes
+    a rate derived from a time (bytes / time) is the rate of the median time."""
+    out = {}
+    for key, value in rows[0].items():
+        if isinstance(value, dict):
+            out[key] = median_of_passes([r[key] for r in rows])
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in rows)
+        else:
+            out[key] = value
+    return out
+
+
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     src = torch.randn(nbytes // 4, device="cuda")
