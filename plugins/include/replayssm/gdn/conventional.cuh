@@ -79,8 +79,10 @@ __device__ __forceinline__ void fold_records(const rssm_gdn_decode_params& p,
 // the grid), the addresses of k, q and v (their loads stand before the padding check in the source, so that this
 // arithmetic does too: a padding row may read its inputs, never the pool). Then the padding check, the cursor's
 // words and the state, then the gates. Every load is issued before any branch on a loaded value but the padding check
-// (issue_loads_here, as mamba2/conventional.cuh). The conventional step stores the state with plain stores, the
-// latency route with streaming ones (conventional_step_kernel below).
+// (issue_loads_here, as mamba2/conventional.cuh). kPreparedInputs: precomputed gates and q / k used as given (the
+// conventional step; the latency route's instance for such calls), else either kind, as params say (gates.cuh).
+// kStreamStores: the state stored with streaming stores (the latency route) instead of plain ones (the conventional
+// step; conventional_step_kernel below).
 template <typename StateT, typename ActT, int K, bool kReplay, bool kPreparedInputs = !kReplay,
           bool kStreamStores = false>
 __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& p, int b, int hv, int tile,
@@ -123,7 +125,7 @@ __device__ __forceinline__ void conventional_tile(const rssm_gdn_decode_params& 
     for (int c = 0; c < NV; ++c) load_vec<StateT, VEC>(st + vec_off(i, c), s[i][c]);
   // The gates last: the latency route's raw-or-precomputed loads are ~100 instructions of branches on the
   // parameters, which ahead of the padding check delayed the state loads (b1 4.5-4.6 us against 4.4).
-  HeadGateInputs gates_in;  // the conventional step reads precomputed gates; the latency route either kind
+  HeadGateInputs gates_in;  // precomputed gates (kPreparedInputs), else either kind
   if constexpr (kPreparedInputs) {
     gates_in.a_or_g = p.g[b * p.g_batch_stride + hv];
     gates_in.b_or_beta = p.beta[b * p.beta_batch_stride + hv];
