@@ -134,6 +134,20 @@ def ours_step(entry, slot_sets, q, k, v, g, beta, out, state=None, shape=None, p
     return lambda: kernels.launch(next(params), v.device)
 
 
+def ours_windows_step(entry, windows, q, k, v, g, beta, out, shape):
+    """One step of our conventional kernel on the next of `windows` (contiguous [batch, HV, V, K] views of a pool)
+    with no slot indices: the op (or the kernel binding alone, entry "kernel") on rows 0 .. batch - 1 of the view."""
+    it = itertools.cycle(windows)
+    if entry == "op":
+        kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=out, slot_idx=None)
+        return lambda: gdn_conventional_decode(next(it), shape, q, k, v, **kw)
+    from trtllm_replayssm.ops.gdn import kernels
+
+    params = itertools.cycle([kernels.fill_params(kernels.CONVENTIONAL, w, q, k, v, g, beta, out, None)
+                              for w in windows])
+    return lambda: kernels.launch(next(params), v.device)
+
+
 def make_inputs(shape: GdnLayerShape, batch: int, dev):
     """Prepared inputs as both kernels read them: q, k L2-normalised (q scaled by K^-1/2) in bf16; g, beta in fp32
     from the gating formula with serving-like parameters."""
@@ -199,6 +213,11 @@ def bench_conventional(shape, batch, slot_sets, fr, sweep, launches, entry, row,
     windows = [torch.arange(j * batch, (j + 1) * batch, device=dev, dtype=torch.int32) for j in range(len(slot_sets))]
     row["ours_conv_windows_us"] = time_graph_us(
         ours_step(entry, windows, q, k, v, g, beta, out, state=state, shape=shape), n)
+    # ... and given the windows themselves as its state, with no slot indices (rows 0 .. batch - 1 of each): the
+    # same memory, the same order as fla's launches below, and no index load before the state's.
+    row["ours_conv_windows_noidx_us"] = time_graph_us(
+        ours_windows_step(entry, [state[j * batch:(j + 1) * batch] for j in range(len(slot_sets))], q, k, v, g, beta,
+                          out, shape), n)
 
     # fla reads rows [b*j, b*(j+1)) of a contiguous state, so each of our slot sets becomes one contiguous window
     # of the same pool; gathering a pool's rows into it and scattering them back is not timed.
@@ -281,7 +300,9 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
         "Inputs are prepared outside the timed graphs: q and k L2-normalised (q scaled by K^-1/2) in bf16, g and "
         "beta computed in fp32, so every method is called with use_qk_l2norm off, scale 1 and no gating work.",
         "`conv` = our conventional kernel on a state pool [slots, HV, V, K] through shuffled slot indices; "
-        "`conv (fla's windows)` = the same kernel given fla's contiguous windows (slot indices in order), "
+        "`conv (fla's windows)` = the same kernel given fla's contiguous windows (slot indices in order); "
+        "`conv (windows, no index)` = the same kernel given each window itself as its state and no slot indices "
+        "(the memory and order of fla's launches, no index load), "
         + ("called through the public ops (`gdn_conventional_decode`, `gdn_replay_decode`): any preparation kernels "
            "they launch are timed too and listed below." if entry == "op" else
            "launched through the kernel binding alone (trtllm_replayssm.ops.gdn.kernels, params filled outside "
@@ -293,8 +314,8 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
         "tensor); `fla best` = its kernel launched directly, final state written over the initial state, at the "
         "best layout (KV or VK) / BV / num_warps / num_stages of a sweep.",
         "`replay Lk` = ReplaySSM amortised over k steps with staggered flush phases. Ratios are against the "
-        "fastest conventional kernel; TB/s is the bytes model (trtllm_replayssm/bench/bytes_model.py) over the "
-        f"time. Non-flush / all-flush: one step with every row on the output-only route (history L/2) or every "
+        "fastest conventional kernel (any column); TB/s is the bytes model (trtllm_replayssm/bench/bytes_model.py) "
+        f"over the time. Non-flush / all-flush: one step with every row on the output-only route (history L/2) or every "
         f"row flushing (L={split_L}). Steps whose rows' checkpoints total at most "
         f"{DEFAULT_LATENCY_ROUTE_BYTES >> 20} MiB take the latency route (the library's default, docs/gdn.md): every "
         "row flushes in the conventional kernel's mapping, so there `replay` is the steady state (history 0) and "
@@ -309,7 +330,8 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
                      "ReplaySSM first and the conventional kernels after it; `fla best` is the configuration with "
                      "the best median.")
     lines = [f"# Gated DeltaNet decode, one layer ({device_name})", "", " ".join(notes), ""]
-    head = ["shape", "batch", "conv µs", "conv (fla's windows) µs", "fla default µs", "fla best µs (cfg)",
+    head = ["shape", "batch", "conv µs", "conv (fla's windows) µs", "conv (windows, no index) µs", "fla default µs",
+            "fla best µs (cfg)",
             "conv TB/s", "fla best TB/s"]
     for L in Ls:
         head += [f"replay L{L} µs", "x"]
@@ -317,11 +339,12 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         shape = SHAPES[r["shape"]]
-        base = min(r["ours_conv_us"], r["fla_best_us"], r["fla_default_us"])
+        base = min(r["ours_conv_us"], r["ours_conv_windows_us"], r["ours_conv_windows_noidx_us"], r["fla_best_us"],
+                   r["fla_default_us"])
         tbs = lambda nbytes, us: f"{nbytes * r['batch'] / (us * 1e-6) / 1e12:.2f}"
         conv_bytes = gdn_conventional_bytes(shape, 4, 2)
         cells = [r["shape"], str(r["batch"]), f"{r['ours_conv_us']:.1f}", f"{r['ours_conv_windows_us']:.1f}",
-                 f"{r['fla_default_us']:.1f}",
+                 f"{r['ours_conv_windows_noidx_us']:.1f}", f"{r['fla_default_us']:.1f}",
                  f"{r['fla_best_us']:.1f} ({r['fla_best_cfg']})", tbs(conv_bytes, r["ours_conv_us"]),
                  tbs(conv_bytes, r["fla_best_us"])]
         for L in Ls:
