@@ -315,8 +315,8 @@ def render(rows, copy_gbs, Ls, split_L, device_name, fla_version, kernels, cold_
         "best layout (KV or VK) / BV / num_warps / num_stages of a sweep.",
         "`replay Lk` = ReplaySSM amortised over k steps with staggered flush phases. Ratios are against the "
         "fastest conventional kernel (any column); TB/s is the bytes model (trtllm_replayssm/bench/bytes_model.py) "
-        f"over the time. Non-flush / all-flush: one step with every row on the output-only route (history L/2) or every "
-        f"row flushing (L={split_L}). Steps whose rows' checkpoints total at most "
+        f"over the time. Non-flush / all-flush: one step with every row on the output-only route (history L/2) or "
+        f"every row flushing (L={split_L}). Steps whose rows' checkpoints total at most "
         f"{DEFAULT_LATENCY_ROUTE_BYTES >> 20} MiB take the latency route (the library's default, docs/gdn.md): every "
         "row flushes in the conventional kernel's mapping, so there `replay` is the steady state (history 0) and "
         "non-flush / all-flush fold L/2 or L-1 records first.",
