@@ -5,12 +5,20 @@
 //   2. Does a kernel that launches from the device run inside a captured CUDA graph at all?
 //   3. What does the device launch add to a step, against a gate that launches nothing?
 // Build and run (a GPU of compute capability 9.0):
-//   nvcc -O3 -arch=sm_90 -rdc=true benchmarks/cdp_probe.cu -lcudadevrt -o /tmp/cdp_probe && /tmp/cdp_probe
+//   nvcc -O3 -arch=sm_90 -rdc=true -Iplugins/include benchmarks/cdp_probe.cu -lcudadevrt -o /tmp/cdp_probe
+//   /tmp/cdp_probe
+// (the programmatic dependent launch and its device calls are the project's, common/dependent_launch.cuh)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <vector>
+
+#include "replayssm/common/dependent_launch.cuh"
+
+using replayssm::allow_dependent_launch;
+using replayssm::launch_dependent;
+using replayssm::wait_for_primary;
 
 #define CHECK(call)                                                                               \
   do {                                                                                            \
@@ -37,34 +45,22 @@ __global__ void child_kernel(int* token, int value, unsigned long long spin_ns) 
 
 // The gate: allows its dependent at once, then launches the child from the device when asked.
 __global__ void gate_kernel(int* token, int value, int launch_child, unsigned long long spin_ns) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  allow_dependent_launch();
   if (launch_child && threadIdx.x == 0) child_kernel<<<1, 32, 0, cudaStreamFireAndForget>>>(token, value, spin_ns);
 }
 
 // The dependent: waits for its primary, then records the token it sees.
 __global__ void dependent_kernel(const int* token, int* seen) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait_for_primary();
   if (threadIdx.x == 0) seen[0] = *reinterpret_cast<const volatile int*>(token);
 }
 
-static cudaError_t launch_dependent(const int* token, int* seen, cudaStream_t s) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(32);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, dependent_kernel, token, seen);
-}
-
 // One step: the gate (and its child when launch_child), then the dependent.
-static cudaError_t step(int* token, int* seen, int value, int launch_child, unsigned long long spin_ns, cudaStream_t s) {
+static cudaError_t step(int* token, int* seen, int value, int launch_child, unsigned long long spin_ns,
+                        cudaStream_t s) {
   gate_kernel<<<1, 32, 0, s>>>(token, value, launch_child, spin_ns);
   cudaError_t e = cudaGetLastError();
-  return e != cudaSuccess ? e : launch_dependent(token, seen, s);
+  return e != cudaSuccess ? e : launch_dependent(dependent_kernel, dim3(1), dim3(32), 0, s, token, seen);
 }
 
 int main() {
@@ -116,7 +112,8 @@ int main() {
     cudaGraphExec_t ge;
     cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < n && e == cudaSuccess; ++i)
-      e = mode == 2 ? launch_dependent(token, seen, s) : step(token, seen, i, mode, 0ull, s);
+      e = mode == 2 ? launch_dependent(dependent_kernel, dim3(1), dim3(32), 0, s, token, seen)
+                     : step(token, seen, i, mode, 0ull, s);
     cudaError_t e2 = cudaStreamEndCapture(s, &g);
     if (e != cudaSuccess) return e;
     if (e2 != cudaSuccess) return e2;
