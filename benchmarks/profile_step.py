@@ -4,6 +4,7 @@ Mamba-2: the Super shape; --family gdn: Qwen3.5-122B-A10B. --read-format fp16 / 
 ReplaySSM step reads a copy in that format (fp32 checkpoint). Every row sits at --history records (non-flush), or with
 --stagger (Mamba-2) slot s at s mod L: one row in L flushes, as in the amortised step (nvfp4: the flush-only launch
 of decode_kernel, then the output-only kernel).
+--windows (GDN): also our conventional kernel on a contiguous window of the pool, no slot indices.
 --fla VK/BV8/w1/s3 (GDN): also fla-core's fused_recurrent kernel (bench_gdn.py's direct launch, its state on a
 contiguous [batch, HV, V, K] (VK) or [batch, HV, K, V] (KV) window; the wheel from --fla-wheel), for a side-by-side
 profile with our conventional kernel.
@@ -43,7 +44,7 @@ def fla_steps(batch, cfg, wheel, dev):
         run()
 
 
-def gdn_steps(batch, L, history, dev):
+def gdn_steps(batch, L, history, dev, windows=False):
     shape = GdnLayerShape(16, 64, 128, 128)
     pool = GdnStatePool(shape, 2 * batch, ReplayConfig(L, torch.float32, torch.bfloat16), device=dev)
     pool.checkpoint.normal_()
@@ -60,6 +61,10 @@ def gdn_steps(batch, L, history, dev):
         pool.cursor[..., CURSOR_HISTORY] = history
         gdn_conventional_decode(pool.checkpoint, shape, q, k, v, **kw)
         gdn_replay_decode(pool, q, k, v, **kw)
+    if windows:  # the conventional kernel on a contiguous window of the pool, no slot indices (fla-core's layout)
+        kw.pop("slot_idx")
+        for _ in range(3):
+            gdn_conventional_decode(pool.checkpoint[:batch], shape, q, k, v, **kw)
 
 
 def main():
@@ -71,11 +76,13 @@ def main():
     ap.add_argument("--family", choices=("mamba2", "gdn"), default="mamba2")
     ap.add_argument("--fla", default=None, help="GDN: also fla-core's kernel at this configuration, e.g. VK/BV8/w1/s3")
     ap.add_argument("--fla-wheel", default=".cache/wheels/fla_core-0.6.0-py3-none-any.whl")
+    ap.add_argument("--windows", action="store_true",
+                    help="GDN: also our conventional kernel on a contiguous window of the pool with no slot indices")
     ap.add_argument("--stagger", action="store_true",
                     help="Mamba-2: slot s at history s mod L (one row in L flushes: the amortised step's mix)")
     args = ap.parse_args()
     if args.family == "gdn":
-        gdn_steps(args.batch, args.L, args.history, torch.device("cuda"))
+        gdn_steps(args.batch, args.L, args.history, torch.device("cuda"), args.windows)
         if args.fla:
             fla_steps(args.batch, args.fla, args.fla_wheel, torch.device("cuda"))
         torch.cuda.synchronize()
