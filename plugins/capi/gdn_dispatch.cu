@@ -90,11 +90,11 @@ static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
   if (p.num_k_heads < 1 || p.num_k_heads > 65535)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_k_heads=%d is out of range (1..65535)", p.num_k_heads);
-  if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
-                p.num_v_heads, p.num_k_heads);
   if (p.num_v_heads > 65535)  // (a grid dimension of the conventional step and the latency route)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d is out of range (1..65535)", p.num_v_heads);
+  if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
+                p.num_v_heads, p.num_k_heads);
   if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.mode == RSSM_GDN_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);
