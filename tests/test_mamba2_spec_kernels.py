@@ -282,8 +282,7 @@ def test_whole_speculative_step_with_conv1d_in_one_cuda_graph():
     on its output (split into x, B, C as the mixer does), then both commits by the accepted counts. Replayed 3L
     times with new inputs and new accepted counts written into the captured tensors between replays (no host
     sync). The references run the same sequence; the SSM reference consumes the kernels' conv output, so each
-    stage is compared with its own tolerance (conv output: two bf16 ulps; windows and cursors: exact).
-    Written after this session's last device run: not yet run on the H200."""
+    stage is compared with its own tolerance (conv output: two bf16 ulps; windows and cursors: exact)."""
     from trtllm_replayssm.ops.conv1d import (conv1d_commit, conv1d_commit_reference, conv1d_verify,
                                              conv1d_verify_reference)
 
