@@ -1,0 +1,52 @@
+"""Whether the GDN conventional step's speed depends on the order of the batch's slots or on their contiguity (GPU;
+measurement only).
+
+    python benchmarks/slot_order.py [--batches 64,256,512] [--passes 2]
+
+Qwen3.5-122B-A10B (H 16, HV 64, K = V = 128), fp32 state, bf16 activations, prepared inputs, a pool of
+pool_slots(batch) slots; our conventional step timed (CUDA graphs) with the batch's slot indices: `window` the
+contiguous slots 0 .. batch-1 in order, `window shuffled` the same slots in random order, `window reversed` in
+descending order, `random sorted` a random subset of the pool's slots in ascending order, `random shuffled` the same
+subset in random order (the benchmark tables' `conv` column). benchmarks/ab_session25.md section 6."""
+import argparse
+
+import torch
+
+from trtllm_replayssm.bench.timing import pool_slots, time_graph_us
+from trtllm_replayssm.config import GdnLayerShape
+from trtllm_replayssm.ops.gdn import gdn_conventional_decode
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="64,256,512")
+    ap.add_argument("--passes", type=int, default=2)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    shape, (H, HV, K) = GdnLayerShape(16, 64, 128, 128), (16, 64, 128)
+    for batch in (int(b) for b in args.batches.split(",")):
+        slots = pool_slots(batch, HV * K * K * 4)
+        state = torch.randn(slots, HV, K, K, device=dev)
+        q = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
+        k = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
+        v = torch.randn(batch, HV, K, device=dev).bfloat16()
+        g, beta = -torch.rand(batch, HV, device=dev) * 0.5, torch.rand(batch, HV, device=dev)
+        kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v))
+        window = torch.arange(batch, device=dev, dtype=torch.int32)
+        subset = torch.randperm(slots, device=dev)[:batch].to(torch.int32)
+        orders = {"window": window, "window shuffled": window[torch.randperm(batch, device=dev)],
+                  "window reversed": window.flip(0), "random sorted": subset.sort().values,
+                  "random shuffled": subset}
+        for p in range(args.passes):
+            line = []
+            for name, idx in orders.items():
+                us = time_graph_us(lambda: gdn_conventional_decode(state, shape, q, k, v, slot_idx=idx, **kw), 64)
+                line.append(f"{name} {us:7.1f}")
+            print(f"b{batch:<4d} pass {p + 1}  " + "  ".join(line), flush=True)
+        del state
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
