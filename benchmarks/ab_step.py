@@ -17,12 +17,12 @@ layout / BV / warps / stages on contiguous windows of the same pool, and our ker
 
 import argparse
 import itertools
-import math
 import os
 
 import torch
 
 from trtllm_replayssm.bench.bytes_model import gdn_replay_amortised_bytes, mamba2_replay_amortised_bytes
+from trtllm_replayssm.bench.inputs import gdn_step_inputs, mamba2_step_inputs
 from trtllm_replayssm.bench.timing import cold_slot_sets, copy_bandwidth_gbs, graph_launches, pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
@@ -55,19 +55,15 @@ def mamba2_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None):
     slots = pool_slots(batch, H * P * N * 4)
     slot_sets = cold_slot_sets(slots, batch, H * P * N * 4, device=dev)
     n, order = graph_launches(LAUNCHES, len(slot_sets), L), torch.cat(slot_sets).long()
-    A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
-    D, dt_bias = torch.randn(H, device=dev), torch.rand(H, device=dev) * 3 - 4
-    x, z = torch.randn(batch, H, P, device=dev).bfloat16(), torch.randn(batch, H, P, device=dev).bfloat16()
-    dt = (torch.randn(batch, H, device=dev) * 0.5).bfloat16()
-    B, C = torch.randn(batch, G, N, device=dev).bfloat16(), torch.randn(batch, G, N, device=dev).bfloat16()
-    out = torch.empty_like(x)
+    inp = mamba2_step_inputs(shape, batch, dev)
+    x, dt, B, C, A = (inp[n] for n in ("x", "dt", "B", "C", "A"))
     pool = Mamba2StatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16,
                                                       latency_route_bytes=latency_route_bytes), device=dev)
     pool.checkpoint.normal_()
     pool.ring_x.normal_()
     pool.ring_B.normal_()
     pool.ring_dt.uniform_(0.01, 0.3)
-    kw = dict(D=D, z=z, dt_bias=dt_bias, out=out)
+    kw = {n: inp[n] for n in ("D", "z", "dt_bias", "out")}
     sets = itertools.cycle(slot_sets)
     conv = time_graph_us(lambda: conventional_decode(pool.checkpoint, x, dt, B, C, A, slot_idx=next(sets), **kw), n)
     pool.set_cursor(order, torch.arange(order.numel(), device=dev, dtype=torch.int32) % L)
@@ -84,11 +80,9 @@ def gdn_line(name, batch, L, dev, copy_gbs, latency_route_bytes=None, conv_only=
     slot_sets = cold_slot_sets(slots, batch, HV * K * K * 4, device=dev)
     n, order = graph_launches(LAUNCHES, len(slot_sets), L), torch.cat(slot_sets).long()
     n = GRAPH_LAUNCHES or n
-    q = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
-    k = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
-    v = torch.randn(batch, HV, K, device=dev).bfloat16()
-    g, beta = -torch.rand(batch, HV, device=dev) * 0.5, torch.rand(batch, HV, device=dev)
-    kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v))
+    inp = gdn_step_inputs(shape, batch, dev)
+    q, k, v, g, beta = (inp[n] for n in ("q", "k", "v", "g", "beta"))
+    kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=inp["out"])
     sets = itertools.cycle(slot_sets)
     pool = GdnStatePool(shape, slots, ReplayConfig(L, torch.float32, torch.bfloat16,
                                                    latency_route_bytes=latency_route_bytes), device=dev)

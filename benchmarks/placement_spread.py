@@ -7,11 +7,11 @@ bf16 activations. Five trials in one process, each with a spacer allocation of r
 (shifting their addresses) and a fresh random set of batch rows; the non-flush step (every row at history L/2)
 timed as benchmarks/bench_read_copy.py times it, twice per pool. Run it in several processes to see the spread
 across processes too (benchmarks/ab_session25.md section 4)."""
-import math
 import sys
 
 import torch
 
+from trtllm_replayssm.bench.inputs import gdn_step_inputs, mamba2_step_inputs
 from trtllm_replayssm.bench.timing import pool_slots, time_graph_us
 from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.mamba2 import replay_decode
@@ -25,14 +25,10 @@ def main(seed=0):
     torch.manual_seed(seed)
     L, batch, launches = 16, 256, 64
     shape = Mamba2LayerShape(128, 64, 128, 8)
-    H, P, N, G = 128, 64, 128, 8
-    num_slots = pool_slots(batch, H * P * N * 4)
-    A = -torch.exp(torch.rand(H, device=dev) * math.log(16.0))
-    D, dt_bias = torch.randn(H, device=dev), torch.rand(H, device=dev) * 3 - 4
-    x, z = torch.randn(batch, H, P, device=dev).bfloat16(), torch.randn(batch, H, P, device=dev).bfloat16()
-    dt = (torch.randn(batch, H, device=dev) * 0.5).bfloat16()
-    B, C = torch.randn(batch, G, N, device=dev).bfloat16(), torch.randn(batch, G, N, device=dev).bfloat16()
-    out = torch.empty_like(x)
+    num_slots = pool_slots(batch, 128 * 64 * 128 * 4)
+    inp = mamba2_step_inputs(shape, batch, dev)
+    x, dt, B, C, A = (inp[n] for n in ("x", "dt", "B", "C", "A"))
+    mkw = {n: inp[n] for n in ("D", "z", "dt_bias", "out")}
 
     def nonflush(pool, step):
         hist = pool.cursor[..., CURSOR_HISTORY]
@@ -41,11 +37,9 @@ def main(seed=0):
 
     gshape = GdnLayerShape(16, 64, 128, 128)
     gslots = pool_slots(batch, 64 * 128 * 128 * 4)
-    q = torch.nn.functional.normalize(torch.randn(batch, 16, 128, device=dev), dim=-1).bfloat16()
-    k = torch.nn.functional.normalize(torch.randn(batch, 16, 128, device=dev), dim=-1).bfloat16()
-    v = torch.randn(batch, 64, 128, device=dev).bfloat16()
-    g, beta = -torch.rand(batch, 64, device=dev) * 0.5, torch.rand(batch, 64, device=dev)
-    gkw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v))
+    ginp = gdn_step_inputs(gshape, batch, dev)
+    q, k, v = ginp["q"], ginp["k"], ginp["v"]
+    gkw = dict(g=ginp["g"], beta=ginp["beta"], use_qk_l2norm=False, scale=1.0, out=ginp["out"])
     print(f"slots: mamba2 {num_slots}, gdn {gslots}")
     for trial in range(5):
         spacer = torch.empty(int(torch.randint(1, 4096, (1,))) * 65536, dtype=torch.uint8, device=dev)
@@ -61,8 +55,7 @@ def main(seed=0):
                 for name, part in quantize_state(pool.checkpoint, fmt).items():
                     pool.buffers[name].copy_(part)
             pool.set_cursor(idx.long(), torch.arange(batch, device=dev, dtype=torch.int32) % L)
-            step = lambda: replay_decode(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias,  # noqa: E731
-                                         slot_idx=idx, out=out)
+            step = lambda: replay_decode(pool, x, dt, B, C, A, slot_idx=idx, **mkw)  # noqa: E731
             res[fmt] = nonflush(pool, step)
             del pool
             torch.cuda.empty_cache()

@@ -13,6 +13,7 @@ import argparse
 
 import torch
 
+from trtllm_replayssm.bench.inputs import gdn_step_inputs
 from trtllm_replayssm.bench.timing import pool_slots, time_graph_us
 from trtllm_replayssm.config import GdnLayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
@@ -27,15 +28,13 @@ def main():
     args = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    shape, (H, HV, K) = GdnLayerShape(16, 64, 128, 128), (16, 64, 128)
+    shape, (HV, K) = GdnLayerShape(16, 64, 128, 128), (64, 128)
     for batch in (int(b) for b in args.batches.split(",")):
         slots = pool_slots(batch, HV * K * K * 4)
         state = torch.randn(slots, HV, K, K, device=dev)
-        q = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
-        k = torch.nn.functional.normalize(torch.randn(batch, H, K, device=dev), dim=-1).bfloat16()
-        v = torch.randn(batch, HV, K, device=dev).bfloat16()
-        g, beta = -torch.rand(batch, HV, device=dev) * 0.5, torch.rand(batch, HV, device=dev)
-        kw = dict(g=g, beta=beta, use_qk_l2norm=False, scale=1.0, out=torch.empty_like(v))
+        inp = gdn_step_inputs(shape, batch, dev)
+        q, k, v = inp["q"], inp["k"], inp["v"]
+        kw = dict(g=inp["g"], beta=inp["beta"], use_qk_l2norm=False, scale=1.0, out=inp["out"])
         window = torch.arange(batch, device=dev, dtype=torch.int32)
         subset = torch.randperm(slots, device=dev)[:batch].to(torch.int32)
         orders = {"window": window, "window shuffled": window[torch.randperm(batch, device=dev)],

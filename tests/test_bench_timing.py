@@ -1,11 +1,13 @@
-"""The benchmarks' pool sizing and cold-L2 slot rotation (trtllm_replayssm/bench/timing.py), and on a GPU
-that a process's first graph timing is made twice and the first result dropped."""
+"""The benchmarks' pool sizing and cold-L2 slot rotation (trtllm_replayssm/bench/timing.py), their step inputs
+(bench/inputs.py), and on a GPU that a process's first graph timing is made twice and the first result dropped."""
 
 import pytest
 import torch
 
 from trtllm_replayssm.bench import timing
+from trtllm_replayssm.bench.inputs import gdn_step_inputs, mamba2_step_inputs
 from trtllm_replayssm.bench.timing import L2_BYTES, cold_slot_sets, graph_launches, pool_slots
+from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape
 
 MIB = 1 << 20
 
@@ -60,3 +62,24 @@ def test_first_graph_timing_of_a_process_is_made_twice(monkeypatch):
     assert len(calls) == 2 + n, "a later timing was repeated"
     calls.clear()
     assert timing.time_graph_us_raw(step, n) > 0 and len(calls) == 2 + n
+
+
+def test_step_inputs_have_the_layer_shapes_and_magnitudes():
+    """The benchmarks' random step inputs: shapes and dtypes of the layer, decays negative (Mamba-2 A in
+    [-16, -1], GDN g in (-0.5, 0]), beta in [0, 1), q and k of unit norm, nothing left at zero."""
+    torch.manual_seed(0)
+    m = mamba2_step_inputs(Mamba2LayerShape(8, 16, 32, 2), 3, "cpu")
+    assert {k: tuple(v.shape) for k, v in m.items()} == {
+        "A": (8,), "D": (8,), "dt_bias": (8,), "x": (3, 8, 16), "z": (3, 8, 16), "dt": (3, 8), "B": (3, 2, 32),
+        "C": (3, 2, 32), "out": (3, 8, 16)}
+    assert all(m[n].dtype == torch.bfloat16 for n in ("x", "z", "dt", "B", "C", "out"))
+    assert bool((m["A"] <= -1).all() and (m["A"] >= -16).all())
+    assert all(bool((m[n] != 0).any()) for n in ("D", "dt_bias", "x", "z", "dt", "B", "C"))
+    g = gdn_step_inputs(GdnLayerShape(2, 4, 32, 16), 3, "cpu", dtype=torch.float16)
+    assert {k: tuple(v.shape) for k, v in g.items()} == {
+        "q": (3, 2, 32), "k": (3, 2, 32), "v": (3, 4, 16), "g": (3, 4), "beta": (3, 4), "out": (3, 4, 16)}
+    assert all(g[n].dtype == torch.float16 for n in ("q", "k", "v", "out"))
+    assert g["g"].dtype == torch.float32 and g["beta"].dtype == torch.float32
+    for n in ("q", "k"):
+        torch.testing.assert_close(g[n].float().norm(dim=-1), torch.ones(3, 2), atol=2e-3, rtol=0)
+    assert bool((g["g"] <= 0).all() and (g["g"] > -0.5).all() and (g["beta"] >= 0).all() and (g["beta"] < 1).all())
