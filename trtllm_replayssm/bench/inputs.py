@@ -10,8 +10,9 @@ from ..config import GdnLayerShape, Mamba2LayerShape
 
 
 def mamba2_step_inputs(shape: Mamba2LayerShape, batch: int, device, dtype=torch.bfloat16) -> dict:
-    """A (negative, magnitudes log-uniform in 1..16), D, dt_bias (softplus of dt + dt_bias mostly in 0.01..0.3),
-    x, z [batch, H, P], dt [batch, H], B, C [batch, G, N] in `dtype`, and `out` (uninitialised, like x)."""
+    """A (negative, magnitudes log-uniform in 1..16), D and dt_bias (in [-4, -1): softplus(dt + dt_bias) mostly
+    0.01..0.4) [H] in fp32; x, z [batch, H, P], dt [batch, H], B, C [batch, G, N] in `dtype`; `out` (uninitialised,
+    like x)."""
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
     inp = dict(A=-torch.exp(torch.rand(H, device=device) * math.log(16.0)), D=torch.randn(H, device=device),
                dt_bias=torch.rand(H, device=device) * 3 - 4)
