@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from mamba2_cases import rel_err
-from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit_reference
+from mamba2_spec_cases import bits
+from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit, snapshot_commit_reference
 
 
 def advance_truth(truth, slots, accepted, T, step, on_output):
@@ -87,3 +88,30 @@ def worst_against_truth(pool, truth, T, steps, make_inputs, verify, snapshot_ver
         spec_commit(pool, commit.to(device), slot_idx=slots, window=T)
         snapshot_commit(snap_state, snapshots, accepted.to(device), slot_idx=slots)
     return worst
+
+
+def check_snapshot_step(step, state, snaps, ref_state, ref_snaps, before_state, before_snaps, slots, out, y_ref, tol):
+    """After one snapshot verify (kernel: state, snaps, out; reference: ref_state, ref_snaps, y_ref; the buffers as
+    they were before it: before_state, before_snaps): outputs of live rows follow the reference and padding rows'
+    stay poisoned, the state is untouched, live slots' snapshots are complete and follow the reference, other
+    slots' are untouched. Then commits random accepted counts (kernel and reference) and checks that exactly the
+    accepted snapshot became each live slot's state."""
+    live = slots >= 0
+    used = slots[live].long()
+    assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), f"step {step}: y coverage"
+    assert rel_err(out[live], y_ref[live]) < tol, f"step {step}: y off the reference"
+    assert torch.equal(bits(state), bits(before_state)), f"step {step}: the verify wrote the state"
+    assert not torch.isnan(snaps[used]).any(), f"step {step}: snapshots of live slots not fully written"
+    assert rel_err(snaps[used], ref_snaps[used]) < tol, f"step {step}: snapshots off the reference"
+    unused = [s for s in range(snaps.shape[0]) if s not in set(used.tolist())]
+    assert torch.equal(bits(snaps[unused]), bits(before_snaps[unused])), f"step {step}: unused snapshots written"
+    T = snaps.shape[1]
+    accepted = torch.randint(1, T + 1, (slots.shape[0],), dtype=torch.int32, device=slots.device)
+    expect = state.clone()
+    for b, s in enumerate(slots.tolist()):
+        if s >= 0:
+            expect[s] = snaps[s, int(accepted[b]) - 1]
+    snapshot_commit(state, snaps, accepted, slot_idx=slots)
+    snapshot_commit_reference(ref_state, ref_snaps, accepted, slot_idx=slots)
+    assert torch.equal(bits(state), bits(expect)), f"step {step}: the commit did not copy the accepted snapshot"
+    assert rel_err(state, ref_state) < tol, f"step {step}: state off the reference after commit"

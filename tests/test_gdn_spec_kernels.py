@@ -25,13 +25,13 @@ from gdn_cases import fold_ring, gate_params
 from gdn_spec_cases import raw_window_inputs, spec_pool, window_inputs
 from mamba2_cases import rel_err, slot_map
 from mamba2_spec_cases import bits
-from spec_harness import worst_against_truth
+from spec_harness import check_snapshot_step, worst_against_truth
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import replay_verify, snapshot_verify
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_step, prepare_qk
 from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference, snapshot_verify_reference
-from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit, snapshot_commit_reference, spec_commit
+from trtllm_replayssm.ops.slots import commit_reference, spec_commit
 from trtllm_replayssm.pool import GdnStatePool
 
 
@@ -199,24 +199,8 @@ def test_snapshot_verify_and_commit_follow_reference(dtypes, dims, T):
         out = poisoned(v.shape, act_dtype, DEV)
         snapshot_verify(state, snaps, q, k, v, g, beta, slot_idx=slots, out=out, **PREPARED)
         y_ref = snapshot_verify_reference(ref_state, ref_snaps, q, k, v, g, beta, slots)
-        live = slots >= 0
-        used = slots[live].long()
-        assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), f"step {step}: y coverage"
-        assert rel_err(out[live], y_ref[live]) < tol(*dtypes), f"step {step}: y off the reference"
-        assert torch.equal(bits(state), bits(before_state)), f"step {step}: the verify wrote the state"
-        assert not torch.isnan(snaps[used]).any(), f"step {step}: snapshots of live slots not fully written"
-        assert rel_err(snaps[used], ref_snaps[used]) < tol(*dtypes), f"step {step}: snapshots off the reference"
-        unused = [s for s in range(7) if s not in set(used.tolist())]
-        assert torch.equal(bits(snaps[unused]), bits(before_snaps[unused])), f"step {step}: unused snapshots written"
-        accepted = torch.randint(1, T + 1, (5,), dtype=torch.int32, device=DEV)
-        expect = state.clone()
-        for b, s in enumerate(slots.tolist()):
-            if s >= 0:
-                expect[s] = snaps[s, int(accepted[b]) - 1]
-        snapshot_commit(state, snaps, accepted, slot_idx=slots)
-        snapshot_commit_reference(ref_state, ref_snaps, accepted, slot_idx=slots)
-        assert torch.equal(bits(state), bits(expect)), f"step {step}: the commit did not copy the accepted snapshot"
-        assert rel_err(state, ref_state) < tol(*dtypes), f"step {step}: state off the reference after commit"
+        check_snapshot_step(step, state, snaps, ref_state, ref_snaps, before_state, before_snaps, slots, out, y_ref,
+                            tol(*dtypes))
 
 
 @pytest.mark.parametrize("replay", [True, False], ids=["replay", "snapshot"])

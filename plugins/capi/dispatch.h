@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,10 @@ template <typename T>
 struct TypeTag {
   using type = T;
 };
+
+// The type a TypeTag carries: tag_type<decltype(tag)>.
+template <typename Tag>
+using tag_type = typename Tag::type;
 
 // Calls f with the element type of a validated rssm_dtype code.
 template <typename F>
@@ -175,6 +180,45 @@ rssm_status check_read_copy(const Params& p, int replay_mode, const int (&format
       return fail(RSSM_ERR_INVALID_ARGUMENT, "read_scale is not 4-byte aligned");
   }
   return RSSM_OK;
+}
+
+// The compiled specialisations of those families: every (state, activation) dtype pair without a copy, and each
+// copy (fp16, bf16, fp8) with an fp32 checkpoint and fp16 / bf16 activations; each at the head sizes 64, 128, 256.
+// RSSM_FOR_COPY_FAMILY_TYPES(DECL) expands DECL(S, A, D, R) once per specialisation (R void: no copy), for the
+// extern declarations beside the one dispatch point; with_copy_family_types is that dispatch.
+#define RSSM_COPY_FAMILY_D(DECL, S, A, R) DECL(S, A, 64, R) DECL(S, A, 128, R) DECL(S, A, 256, R)
+#define RSSM_COPY_FAMILY_ACT(DECL, S)                                                                          \
+  RSSM_COPY_FAMILY_D(DECL, S, float, void) RSSM_COPY_FAMILY_D(DECL, S, __half, void)                         \
+  RSSM_COPY_FAMILY_D(DECL, S, __nv_bfloat16, void)
+#define RSSM_COPY_FAMILY_COPY(DECL, R) \
+  RSSM_COPY_FAMILY_D(DECL, float, __half, R) RSSM_COPY_FAMILY_D(DECL, float, __nv_bfloat16, R)
+#define RSSM_FOR_COPY_FAMILY_TYPES(DECL)                                                                       \
+  RSSM_COPY_FAMILY_ACT(DECL, float)                                                                            \
+  RSSM_COPY_FAMILY_ACT(DECL, __half)                                                                           \
+  RSSM_COPY_FAMILY_ACT(DECL, __nv_bfloat16)                                                                    \
+  RSSM_COPY_FAMILY_COPY(DECL, __half)                                                                          \
+  RSSM_COPY_FAMILY_COPY(DECL, __nv_bfloat16)                                                                   \
+  RSSM_COPY_FAMILY_COPY(DECL, __nv_fp8_e4m3)
+
+// Calls f(TypeTag<S>{}, TypeTag<A>{}, std::integral_constant<int, D>{}, TypeTag<R>{}) for validated codes (the
+// state and activation dtypes, the read format, the head size D): a combination check_read_copy has admitted.
+template <typename F>
+cudaError_t with_copy_family_types(int state_dtype, int act_dtype, int read_format, int head_dim, F&& f) {
+  return with_dtype(state_dtype, [&](auto state_tag) {
+    return with_dtype(act_dtype, [&](auto act_tag) {
+      using S = typename decltype(state_tag)::type;
+      using A = typename decltype(act_tag)::type;
+      auto with_copy = [&](auto read_tag) {
+        return with_value<64, 128, 256>(head_dim, [&](auto d) { return f(state_tag, act_tag, d, read_tag); });
+      };
+      if constexpr (std::is_same_v<S, float> && !std::is_same_v<A, float>) {
+        if (read_format == RSSM_READ_FP16) return with_copy(TypeTag<__half>{});
+        if (read_format == RSSM_READ_BF16) return with_copy(TypeTag<__nv_bfloat16>{});
+        if (read_format == RSSM_READ_FP8) return with_copy(TypeTag<__nv_fp8_e4m3>{});
+      }
+      return with_copy(TypeTag<void>{});
+    });
+  });
 }
 
 // The latency route's limit (both families' decode params, latency_route_bytes): 0, or a replay step on an fp32

@@ -19,38 +19,19 @@ static const char kReadCopiesText[] =
     "GDN read copies need state_dtype=0 (fp32), act_dtype 1 or 2 (fp16, bf16), mode=1 (replay), "
     "per_channel_decay=0, read_format 1, 2 or 3 (fp16, bf16, fp8)";
 
-#define RSSM_DECLARE(S, A, K, R) \
-  extern template cudaError_t launch_decode<S, A, K, R>(const rssm_gdn_decode_params&, cudaStream_t);
-#define RSSM_DECLARE_K(S, A, R) RSSM_DECLARE(S, A, 64, R) RSSM_DECLARE(S, A, 128, R) RSSM_DECLARE(S, A, 256, R)
-#define RSSM_DECLARE_ACT(S) \
-  RSSM_DECLARE_K(S, float, void) RSSM_DECLARE_K(S, __half, void) RSSM_DECLARE_K(S, __nv_bfloat16, void)
-#define RSSM_DECLARE_COPY(R) RSSM_DECLARE_K(float, __half, R) RSSM_DECLARE_K(float, __nv_bfloat16, R)
-RSSM_DECLARE_ACT(float)
-RSSM_DECLARE_ACT(__half)
-RSSM_DECLARE_ACT(__nv_bfloat16)
-RSSM_DECLARE_COPY(__half)
-RSSM_DECLARE_COPY(__nv_bfloat16)
-RSSM_DECLARE_COPY(__nv_fp8_e4m3)
+#define RSSM_DECLARE(S, A, D, R) \
+  extern template cudaError_t launch_decode<S, A, D, R>(const rssm_gdn_decode_params&, cudaStream_t);
+RSSM_FOR_COPY_FAMILY_TYPES(RSSM_DECLARE)
+#undef RSSM_DECLARE
 
 // validate() has admitted a read copy only with the combinations compiled (kReadFormats, kReadCopiesText).
 static cudaError_t dispatch(const rssm_gdn_decode_params& p, cudaStream_t stream) {
-  return with_dtype(p.state_dtype, [&](auto state_tag) {
-    return with_dtype(p.act_dtype, [&](auto act_tag) {
-      using S = typename decltype(state_tag)::type;
-      using A = typename decltype(act_tag)::type;
-      auto launch = [&](auto read_tag) {
-        using R = typename decltype(read_tag)::type;
-        return with_value<64, 128, 256>(p.head_k_dim,
-                                        [&](auto k) { return launch_decode<S, A, decltype(k)::value, R>(p, stream); });
-      };
-      if constexpr (std::is_same_v<S, float> && !std::is_same_v<A, float>) {
-        if (p.read_format == RSSM_READ_FP16) return launch(TypeTag<__half>{});
-        if (p.read_format == RSSM_READ_BF16) return launch(TypeTag<__nv_bfloat16>{});
-        if (p.read_format == RSSM_READ_FP8) return launch(TypeTag<__nv_fp8_e4m3>{});
-      }
-      return launch(TypeTag<void>{});
-    });
-  });
+  const auto launch = [&](auto s, auto a, auto d, auto r) {
+    using S = tag_type<decltype(s)>;
+    using A = tag_type<decltype(a)>;
+    return launch_decode<S, A, decltype(d)::value, tag_type<decltype(r)>>(p, stream);
+  };
+  return with_copy_family_types(p.state_dtype, p.act_dtype, p.read_format, p.head_k_dim, launch);
 }
 
 // The read-copy fields: a compiled combination (kReadCopiesText) and the copy's buffers.
