@@ -1,7 +1,10 @@
-"""Checks shared by the read-copy kernel tests of both families (test_read_copy_kernels.py for Mamba-2,
-test_gdn_read_copy_kernels.py for GDN): what a replay step may write in a pool with a read copy."""
+"""Checks shared by the read-copy kernel tests of both families (decode: test_read_copy_kernels.py for Mamba-2,
+test_gdn_read_copy_kernels.py for GDN; verify: test_*_verify_read_copy_kernels.py): what a replay step may write in
+a pool with a read copy."""
 
 import torch
+
+from trtllm_replayssm.quant import quantize_state
 
 
 def buffer_bytes(t):
@@ -37,3 +40,29 @@ def check_slots_after_step(pool, before, slots, L, check_flushed, where, flushes
                         f"{where}: {name} of non-flush slot {s} changed"
         else:
             check_flushed(s)
+
+
+def with_quantised_copies(pool):
+    """The pool, its read copies holding the quantised checkpoints (as reset_slot leaves them)."""
+    for s in range(pool.num_slots):
+        pool.write_read_copy(s, pool.checkpoint[s])
+    return pool
+
+
+def spread_histories(pool, T):
+    """Histories spread evenly over 0 .. L-T by slot (both ends included: windows from the checkpoint to the ring's
+    last one, the upper ones folding at once), origins random."""
+    n, L, dev = pool.num_slots, pool.buffer_len, pool.cursor.device
+    pool.set_cursor(slice(None), torch.linspace(0, L - T, n, device=dev).round().to(torch.int32),
+                    torch.randint(0, L, (n,), device=dev, dtype=torch.int32))
+
+
+def check_copy_matches_quantiser(pool, s, fmt, where):
+    """The copy of slot s equals quantize_state of its stored fp32 checkpoint, bit for bit."""
+    for name, part in quantize_state(pool.checkpoint[s].float(), fmt).items():
+        assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(part)), f"{where}: {name} of slot {s}"
+
+
+def verify_folds(T, L):
+    """Whether a verify of T tokens folds a row with history h into its checkpoint: h > 0 and h + 2T > L."""
+    return lambda h: h > 0 and h + 2 * T > L

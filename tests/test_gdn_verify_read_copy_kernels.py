@@ -23,13 +23,13 @@ import torch
 from conftest import poisoned
 from gdn_spec_cases import spec_pool, window_inputs
 from mamba2_cases import rel_err, slot_map
-from read_copy_checks import buffer_bytes, check_slots_after_step, sync_copies
+from read_copy_checks import (buffer_bytes, check_copy_matches_quantiser, check_slots_after_step, spread_histories,
+                              sync_copies, verify_folds, with_quantised_copies)
 from test_gdn_spec_kernels import PREPARED, _has_spec_kernels, tol
 from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import replay_verify
 from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference
 from trtllm_replayssm.ops.slots import commit_reference, spec_commit
-from trtllm_replayssm.quant import quantize_state
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not _has_spec_kernels(), reason="kernel library built without the GDN verify kernels")]
@@ -50,26 +50,8 @@ def _id(v):
 
 
 def copy_pool(shape, num_slots, cfg, T):
-    """spec_pool (histories 0 .. L-T, any origin) whose read copies hold the quantised checkpoints, as reset_slot
-    leaves them."""
-    pool = spec_pool(shape, num_slots, cfg, T, DEV)
-    for s in range(num_slots):
-        pool.write_read_copy(s, pool.checkpoint[s])
-    return pool
-
-
-def spread_histories(pool, T):
-    """Histories spread evenly over 0 .. L-T by slot (both ends included: windows from the checkpoint to the ring's
-    last one, the upper ones folding at once), origins random."""
-    n, L = pool.num_slots, pool.buffer_len
-    pool.set_cursor(slice(None), torch.linspace(0, L - T, n, device=DEV).round().to(torch.int32),
-                    torch.randint(0, L, (n,), device=DEV, dtype=torch.int32))
-
-
-def check_copy_matches_quantiser(pool, s, fmt, where):
-    """The copy of slot s equals quantize_state of its stored fp32 checkpoint, bit for bit."""
-    for name, part in quantize_state(pool.checkpoint[s].float(), fmt).items():
-        assert torch.equal(buffer_bytes(pool.buffers[name][s]), buffer_bytes(part)), f"{where}: {name} of slot {s}"
+    """spec_pool (histories 0 .. L-T, any origin) whose read copies hold the quantised checkpoints."""
+    return with_quantised_copies(spec_pool(shape, num_slots, cfg, T, DEV))
 
 
 def run_against_reference(fmt, act_dtype, dims, T, L, batch, num_slots, steps):
@@ -81,10 +63,7 @@ def run_against_reference(fmt, act_dtype, dims, T, L, batch, num_slots, steps):
     pool = copy_pool(shape, num_slots, ReplayConfig(L, F32, act_dtype, fmt), T)
     spread_histories(pool, T)
     ref = pool.clone()
-    folds = 0
-
-    def folding(h):
-        return h > 0 and h + 2 * T > L
+    folds, folding = 0, verify_folds(T, L)
 
     for step in range(steps):
         slots = slot_map(batch, num_slots, n_pad=min(1, batch - 1), device=DEV)

@@ -23,12 +23,13 @@ import torch
 from conftest import poisoned
 from mamba2_cases import layer_params, rel_err, slot_map
 from mamba2_spec_cases import spec_pool, window_inputs
+from read_copy_checks import (buffer_bytes, check_copy_matches_quantiser, check_slots_after_step, spread_histories,
+                              sync_copies, verify_folds, with_quantised_copies)
 from test_mamba2_spec_kernels import _has_spec_kernels, tol
 from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.mamba2 import replay_verify
 from trtllm_replayssm.ops.mamba2.spec_reference import replay_verify_reference
 from trtllm_replayssm.ops.slots import commit_reference, spec_commit
-from trtllm_replayssm.quant import quantize_state
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not _has_spec_kernels(), reason="kernel library built without the speculative kernels")]
@@ -45,38 +46,9 @@ def _id(v):
     return None
 
 
-def _bits(t):
-    """The bytes of a buffer: equality of bits, also where a value is a NaN."""
-    return t.contiguous().view(torch.uint8)
-
-
 def copy_pool(shape, num_slots, cfg, T):
-    """spec_pool (histories 0 .. L-T, any origin) whose read copies hold the quantised checkpoints, as reset_slot
-    leaves them."""
-    pool = spec_pool(shape, num_slots, cfg, T, DEV)
-    for s in range(num_slots):
-        pool.write_read_copy(s, pool.checkpoint[s])
-    return pool
-
-
-def spread_histories(pool, T):
-    """Histories spread evenly over 0 .. L-T by slot (both ends included: windows from the checkpoint to the ring's
-    last one, the upper ones folding at once), origins random."""
-    n, L = pool.num_slots, pool.buffer_len
-    pool.set_cursor(slice(None), torch.linspace(0, L - T, n, device=DEV).round().to(torch.int32),
-                    torch.randint(0, L, (n,), device=DEV, dtype=torch.int32))
-
-
-def check_copy_matches_quantiser(pool, s, fmt, where):
-    """The copy of slot s equals quantize_state of its stored fp32 checkpoint, bit for bit."""
-    for name, part in quantize_state(pool.checkpoint[s].float(), fmt).items():
-        assert torch.equal(_bits(pool.buffers[name][s]), _bits(part)), f"{where}: {name} of slot {s}"
-
-
-def _sync_copies(dst, src):
-    for name in dst.buffers:
-        if name.startswith("read_"):
-            dst.buffers[name].copy_(src.buffers[name])
+    """spec_pool (histories 0 .. L-T, any origin) whose read copies hold the quantised checkpoints."""
+    return with_quantised_copies(spec_pool(shape, num_slots, cfg, T, DEV))
 
 
 def run_against_reference(fmt, act_dtype, P, N, T, L, batch, num_slots, steps):
@@ -107,22 +79,12 @@ def run_against_reference(fmt, act_dtype, P, N, T, L, batch, num_slots, steps):
             f"step {step}: ring records differ"
         assert rel_err(pool.ring_dt, ref.ring_dt) < 1e-6, f"step {step}: ring dt differs"
         assert rel_err(pool.checkpoint, ref.checkpoint) < tol(F32, act_dtype), f"step {step}: checkpoint differs"
-        used = set(slots[live].tolist())
+        check_slots_after_step(pool, before, slots, L,
+                               lambda s: check_copy_matches_quantiser(pool, s, fmt, f"step {step}"), f"step {step}",
+                               flushes=verify_folds(T, L))
         hist_before = before.history()
-        for s in range(num_slots):
-            if s not in used:
-                for name, t in pool.buffers.items():
-                    assert torch.equal(_bits(t[s]), _bits(before.buffers[name][s])), \
-                        f"step {step}: unused slot {s} {name}"
-            elif int(hist_before[s]) + 2 * T <= L:
-                for name in pool.buffers:
-                    if name == "checkpoint" or name.startswith("read_"):
-                        assert torch.equal(_bits(pool.buffers[name][s]), _bits(before.buffers[name][s])), \
-                            f"step {step}: {name} of non-flush slot {s} changed"
-            else:
-                flushes += 1
-                check_copy_matches_quantiser(pool, s, fmt, f"step {step}")
-        _sync_copies(ref, pool)
+        flushes += sum(verify_folds(T, L)(int(hist_before[s])) for s in set(slots[live].tolist()))
+        sync_copies(ref, pool)
         accepted = torch.randint(1, T + 1, (batch,), dtype=torch.int32, device=DEV)
         spec_commit(pool, accepted, slot_idx=slots, window=T)
         commit_reference(ref, accepted, slot_idx=slots)
@@ -181,7 +143,8 @@ def test_verify_checkpoint_identical_whatever_the_read_format(act_dtype, T, L):
     torch.cuda.synchronize()
     for f in FORMATS:
         for name in RECURRENCE:
-            assert torch.equal(_bits(pools[f].buffers[name]), _bits(pools["none"].buffers[name])), f"{f}: {name}"
+            assert torch.equal(buffer_bytes(pools[f].buffers[name]), buffer_bytes(pools["none"].buffers[name])), \
+                f"{f}: {name}"
         # y differs by the copy's rounding only: bounded, and not identical (the copy is read).
         err = max(rel_err(a, b) for a, b in zip(ys[f], ys["none"]))
         assert 0 < err < 0.2, f"{f}: y off the no-copy run by {err}"
@@ -217,7 +180,8 @@ def test_verify_flush_writes_the_quantiser_copy(fmt, P, N, T):
     assert not torch.isnan(out[live]).any() and torch.isnan(out[~live]).all(), "y coverage"
     assert rel_err(out[live], y_ref[live]) < tol(F32, BF16), "y off the reference reading the old copy"
     for name in RECURRENCE:
-        assert torch.equal(_bits(pool.buffers[name]), _bits(plain.buffers[name])), f"{name} differs from no copy"
+        assert torch.equal(buffer_bytes(pool.buffers[name]), buffer_bytes(plain.buffers[name])), \
+            f"{name} differs from no copy"
     assert (pool.history()[slots[live].long().cpu()] == 0).all(), "a folding row kept its history"
     used = set(slots[live].tolist())
     for s in range(6):
@@ -225,5 +189,6 @@ def test_verify_flush_writes_the_quantiser_copy(fmt, P, N, T):
             check_copy_matches_quantiser(pool, s, fmt, "fold")
         else:
             for name, t in pool.buffers.items():
-                assert torch.equal(_bits(t[s]), _bits(before.buffers[name][s])), f"unused slot {s}: {name}"
+                assert torch.equal(buffer_bytes(t[s]), buffer_bytes(before.buffers[name][s])), \
+                    f"unused slot {s}: {name}"
 
