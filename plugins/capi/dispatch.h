@@ -86,6 +86,23 @@ inline rssm_status check_batch(int batch, int num_slots, const void* slot_idx) {
   return RSSM_OK;
 }
 
+// The Mamba-2 layer fields both Mamba-2 entry points share (decode and verify params), in this order: head_dim and
+// dstate from the family's closed lists, the two dtypes, nheads, ngroups, the batch and the slots.
+template <typename Params, size_t KP, size_t KN>
+rssm_status check_mamba2_layer(const Params& p, const int (&head_dims)[KP], const int (&dstates)[KN]) {
+  if (!in_list(p.head_dim, head_dims))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_dim=%d is not supported (supported: 64, 80, 128)", p.head_dim);
+  if (!in_list(p.dstate, dstates))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "dstate=%d is not supported (supported: 64, 128, 256)", p.dstate);
+  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
+  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
+  if (p.nheads < 1 || p.nheads > 65535)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
+  if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "ngroups=%d must be >= 1 and divide nheads=%d", p.ngroups, p.nheads);
+  return check_batch(p.batch, p.num_slots, p.slot_idx);
+}
+
 // Speculative window and ring: "window=<T> is out of range (<min>..<max> tokens per row)"; with a ring (replay),
 // "buffer_len=<L> is out of range for window=<T> (<2T>..<max>: ...)".
 inline rssm_status check_window(int window, int min_window, int max_window, int buffer_len, bool replay,

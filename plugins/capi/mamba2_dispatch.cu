@@ -107,17 +107,7 @@ static rssm_status validate_latency_route(const rssm_mamba2_decode_params& p) {
 static rssm_status validate(const rssm_mamba2_decode_params& p) {
   if (p.mode != RSSM_MAMBA2_CONVENTIONAL && p.mode != RSSM_MAMBA2_REPLAY)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = conventional, 1 = replay)", p.mode);
-  if (!in_list(p.head_dim, kHeadDims))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_dim=%d is not supported (supported: 64, 80, 128)", p.head_dim);
-  if (!in_list(p.dstate, kDstates))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "dstate=%d is not supported (supported: 64, 128, 256)", p.dstate);
-  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
-  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
-  if (p.nheads < 1 || p.nheads > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "nheads=%d is out of range (1..65535)", p.nheads);
-  if (p.ngroups < 1 || p.nheads % p.ngroups != 0)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "ngroups=%d must be >= 1 and divide nheads=%d", p.ngroups, p.nheads);
-  if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
+  if (const rssm_status st = check_mamba2_layer(p, kHeadDims, kDstates)) return st;
   if (p.mode == RSSM_MAMBA2_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);
   // The kernels address within a slot and within a batch row with 32-bit offsets.
