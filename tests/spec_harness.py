@@ -93,7 +93,7 @@ def worst_against_truth(pool, truth, T, steps, make_inputs, verify, snapshot_ver
 def check_snapshot_step(step, state, snaps, ref_state, ref_snaps, before_state, before_snaps, slots, out, y_ref, tol):
     """After one snapshot verify (kernel: state, snaps, out; reference: ref_state, ref_snaps, y_ref; the buffers as
     they were before it: before_state, before_snaps): outputs of live rows follow the reference and padding rows'
-    stay poisoned, the state is untouched, live slots' snapshots are complete and follow the reference, other
+    outputs stay poisoned, the state is untouched, live slots' snapshots are complete and follow the reference, other
     slots' are untouched. Then commits random accepted counts (kernel and reference) and checks that exactly the
     accepted snapshot became each live slot's state."""
     live = slots >= 0

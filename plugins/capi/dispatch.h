@@ -223,8 +223,8 @@ template <typename F>
 cudaError_t with_copy_family_types(int state_dtype, int act_dtype, int read_format, int head_dim, F&& f) {
   return with_dtype(state_dtype, [&](auto state_tag) {
     return with_dtype(act_dtype, [&](auto act_tag) {
-      using S = typename decltype(state_tag)::type;
-      using A = typename decltype(act_tag)::type;
+      using S = tag_type<decltype(state_tag)>;
+      using A = tag_type<decltype(act_tag)>;
       auto with_copy = [&](auto read_tag) {
         return with_value<64, 128, 256>(head_dim, [&](auto d) { return f(state_tag, act_tag, d, read_tag); });
       };
