@@ -374,6 +374,31 @@ def test_conventional_step_over_several_waves(state_dtype):
         assert torch.equal(state[unused], before[unused]), f"step {step}: unused slots changed"
 
 
+@pytest.mark.parametrize("dtypes, dims", CONV_CASES + [((F32, BF16), (16, 64, 128, 128))], ids=_id)
+def test_conventional_step_without_slot_indices_equals_the_indexed_step(dtypes, dims):
+    """No slot_idx (row b steps slot b; the kernel's instance without the index load, state loads first): three
+    steps of 5 rows on a 7-slot pool are bitwise the indexed step given slot_idx = 0..4 and follow the reference;
+    slots 5 and 6 stay untouched and every output row is written."""
+    state_dtype, act_dtype = dtypes
+    shape = GdnLayerShape(*dims)
+    HV, V, K = shape.num_v_heads, shape.head_v_dim, shape.head_k_dim
+    state = (torch.randn(7, HV, V, K, device=DEV) * 0.5).to(state_dtype)
+    indexed, ref_state = state.clone(), state.clone()
+    rows = torch.arange(5, device=DEV, dtype=torch.int32)
+    for step in range(3):
+        before = state.clone()
+        q, k, v, g, beta = _inputs(shape, 5, act_dtype)
+        out, out_indexed = (poisoned((5, HV, V), act_dtype, DEV) for _ in range(2))
+        gdn_conventional_decode(state, shape, q, k, v, g=g, beta=beta, out=out, **PREPARED)
+        gdn_conventional_decode(indexed, shape, q, k, v, g=g, beta=beta, slot_idx=rows, out=out_indexed, **PREPARED)
+        y_ref = gdn_conventional_decode_reference(ref_state, q, k, v, g, beta, rows)
+        assert not torch.isnan(out).any(), f"step {step}: out rows"
+        assert torch.equal(out, out_indexed) and torch.equal(state, indexed), f"step {step}: not the indexed step"
+        assert rel_err(out, y_ref) < tol(*dtypes), f"step {step}: y"
+        assert rel_err(state, ref_state) < tol(*dtypes), f"step {step}: state"
+        assert torch.equal(state[5:], before[5:]), f"step {step}: slots past the batch changed"
+
+
 @pytest.mark.parametrize("route", ["replay", "latency", "conventional"])
 def test_padding_and_out_of_range_rows_touch_nothing(route):
     """Rows with the pad id or a slot index outside [0, num_slots) are skipped: no output, no pool write; live

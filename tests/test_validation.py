@@ -271,6 +271,8 @@ def test_native_gdn_conventional_needs_no_ring():
     (dict(buffer_len=65), "buffer_len=65"),
     (dict(num_v_heads=3), "num_v_heads=3"),
     (dict(num_k_heads=2, num_v_heads=70000), "num_v_heads=70000 is out of range (1..65535)"),
+    (dict(num_k_heads=0), "num_k_heads=0 is out of range (1..65535)"),
+    (dict(state_dtype=5), "state_dtype=5"),
     (dict(ring_u=None), "ring_u is NULL"),
     (dict(cursor=None), "cursor is NULL"),
     (dict(g=None), "g is NULL"),

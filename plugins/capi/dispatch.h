@@ -103,6 +103,25 @@ rssm_status check_mamba2_layer(const Params& p, const int (&head_dims)[KP], cons
   return check_batch(p.batch, p.num_slots, p.slot_idx);
 }
 
+// The GDN layer checks that decode and verify validation share: head_k_dim and head_v_dim in the closed list,
+// the dtypes, num_k_heads in 1..65535 and num_v_heads a positive multiple of it (each family adds its own bound on
+// num_v_heads after these).
+template <typename Params, size_t KH>
+rssm_status check_gdn_layer(const Params& p, const int (&head_dims)[KH]) {
+  if (!in_list(p.head_k_dim, head_dims))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_k_dim=%d is not supported (supported: 64, 128, 256)", p.head_k_dim);
+  if (!in_list(p.head_v_dim, head_dims))
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_v_dim=%d is not supported (supported: 64, 128, 256)", p.head_v_dim);
+  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
+  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
+  if (p.num_k_heads < 1 || p.num_k_heads > 65535)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_k_heads=%d is out of range (1..65535)", p.num_k_heads);
+  if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
+                p.num_v_heads, p.num_k_heads);
+  return RSSM_OK;
+}
+
 // Speculative window and ring: "window=<T> is out of range (<min>..<max> tokens per row)"; with a ring (replay),
 // "buffer_len=<L> is out of range for window=<T> (<2T>..<max>: ...)".
 inline rssm_status check_window(int window, int min_window, int max_window, int buffer_len, bool replay,

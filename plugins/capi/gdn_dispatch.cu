@@ -63,19 +63,9 @@ static rssm_status validate_latency_route(const rssm_gdn_decode_params& p) {
 static rssm_status validate(const rssm_gdn_decode_params& p) {
   if (p.mode != RSSM_GDN_CONVENTIONAL && p.mode != RSSM_GDN_REPLAY)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = conventional, 1 = replay)", p.mode);
-  if (!in_list(p.head_k_dim, kHeadDims))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_k_dim=%d is not supported (supported: 64, 128, 256)", p.head_k_dim);
-  if (!in_list(p.head_v_dim, kHeadDims))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_v_dim=%d is not supported (supported: 64, 128, 256)", p.head_v_dim);
-  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
-  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
-  if (p.num_k_heads < 1 || p.num_k_heads > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_k_heads=%d is out of range (1..65535)", p.num_k_heads);
+  if (const rssm_status st = check_gdn_layer(p, kHeadDims)) return st;
   if (p.num_v_heads > 65535)  // (a grid dimension of the conventional step and the latency route)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d is out of range (1..65535)", p.num_v_heads);
-  if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
-                p.num_v_heads, p.num_k_heads);
   if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (p.mode == RSSM_GDN_REPLAY && (p.buffer_len < 1 || p.buffer_len > kMaxBufferLen))
     return fail(RSSM_ERR_INVALID_ARGUMENT, "buffer_len=%d is out of range (1..%d)", p.buffer_len, kMaxBufferLen);

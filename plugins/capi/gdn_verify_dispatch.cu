@@ -50,16 +50,10 @@ static rssm_status validate_verify(const rssm_gdn_verify_params& p) {
   const bool replay = p.mode == RSSM_GDN_REPLAY;
   if (p.mode != RSSM_GDN_CONVENTIONAL && !replay)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "mode=%d is not supported (0 = snapshot path, 1 = replay verify)", p.mode);
-  if (!in_list(p.head_k_dim, kVerifyHeadDims))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_k_dim=%d is not supported (supported: 64, 128, 256)", p.head_k_dim);
-  if (!in_list(p.head_v_dim, kVerifyHeadDims))
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "head_v_dim=%d is not supported (supported: 64, 128, 256)", p.head_v_dim);
-  if (const rssm_status st = check_dtype("state_dtype", p.state_dtype)) return st;
-  if (const rssm_status st = check_dtype("act_dtype", p.act_dtype)) return st;
-  if (p.num_k_heads < 1 || p.num_k_heads > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_k_heads=%d is out of range (1..65535)", p.num_k_heads);
-  if (p.num_v_heads < 1 || p.num_v_heads % p.num_k_heads != 0 || p.num_v_heads / p.num_k_heads > 65535)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d must be a positive multiple of num_k_heads=%d",
+  if (const rssm_status st = check_gdn_layer(p, kVerifyHeadDims)) return st;
+  // (value heads per key head bound the verify kernel's work units per key head, verify_shape)
+  if (p.num_v_heads / p.num_k_heads > 65535)
+    return fail(RSSM_ERR_INVALID_ARGUMENT, "num_v_heads=%d is more than 65535 value heads per key head (num_k_heads=%d)",
                 p.num_v_heads, p.num_k_heads);
   if (const rssm_status st = check_batch(p.batch, p.num_slots, p.slot_idx)) return st;
   if (const rssm_status st = check_window(p.window, kMinWindow, kMaxWindow, p.buffer_len, replay, kMaxBufferLen))
