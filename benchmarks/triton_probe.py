@@ -1,17 +1,28 @@
-"""Diagnostic for issue 3's parity gap: the conventional GDN step written in Triton (this project's own kernel, not a
-library's), timed in one process against our CUDA conventional step and fla-core's kernel on the same pool.
+"""Diagnostic for issue 3's parity gap: the conventional GDN step written in Triton (this project's own kernels, not
+a library's), timed in one process against our CUDA conventional step and fla-core's kernel on the same pool.
 
-    python benchmarks/triton_probe.py [--batches 64,256,512] [--fla-cfg VK/BV8/w1/s3] [--passes 2]
+    python benchmarks/triton_probe.py [--batches 64,256,512] [--passes 2] [--variants NAMES | all | none]
+        [--env RSSM_AB_CONV=0,1]
 
-Question it answers: is the remaining ~0.5 % between our CUDA kernel and fla-core's Triton kernel on fla-core's
-windows a property of Triton's code generation (then a Triton kernel of ours reaches fla-core too) or of fla-core's
-kernel itself? Two Triton variants of the same step, one one-warp program per (8-row tile, value head, batch row),
-state [slots, HV, V, K] fp32 through the slot indices, prepared inputs (q, k normalised, g and beta given):
-`tri vec` lets Triton prove the rows contiguous (16-byte loads, four consecutive columns per lane, as our CUDA
-kernel); `tri scalar` hides the column stride from it (4-byte loads, lane l holding columns l + 32 j, as fla-core's
-build). Each is checked against our CUDA kernel on one step (state and y) before it is timed. Qwen3.5-122B-A10B
+Lines: `conv` our CUDA step on shuffled slots; `conv (windows)` on fla-core's contiguous windows through slot indices
+in order; `conv (windows, no index)` on each window itself with no slot indices; `fla` fla-core 0.6.0's kernel at
+--fla-cfg on the same windows (benchmarks/bench_gdn.py fla_kernel_step); then each Triton variant on the windows.
+Every variant is one one-warp program per (8-row tile, value head, batch row) of the state [slots, HV, V, K] fp32,
+prepared inputs (q, k normalised, g and beta given), checked against our CUDA step on one step (state and y, unused
+slots untouched) before it is timed; its registers are printed and, under $OUT, its PTX and cubin written.
+  tri vec           three-dimensional grid, slot index, no masks: Triton proves the rows contiguous (16-byte loads)
+  tri masked        the same with (always true) bounds masks on the tile, as fla-core writes its kernel
+  tri masked s3     tri masked at num_stages 3 (fla-core's best setting)
+  tri masked noidx  tri masked without the slot index: row b's state is slot b of the window passed
+  tri masked bar    tri masked with a block barrier right after the tile's loads (they issue together)
+  tri masked bar noidx, flat idx, flat idx r64 (at most 64 registers), flat (no index), flat loop (the token inside
+                    a loop over a runtime T = 1, as fla-core), flat loop s3, flat idx loop s3: one-dimensional grid
+                    with 64-bit program arithmetic (_gdn_step_flat)
+  tri scalar        tri vec with the columns' offsets times an unspecialised stride (contiguity hidden from Triton)
+--variants picks them by name, joined by commas (default: the pair that isolates the slot index). --env times
+every line once per value of a knob the library reads at launch (temporary A/B switches of a build). Qwen3.5-122B-A10B
 shape, bf16 activations, CUDA graphs rotating over disjoint rows (trtllm_replayssm.bench.timing), µs per step.
-Needs Triton (the device's PyTorch has it); not part of the package.
+Records: benchmarks/ab_session28.md. Needs Triton (the device's PyTorch has it); not part of the package.
 """
 
 import argparse
@@ -41,7 +52,8 @@ def _gdn_step(state, slot_idx, q, k, v, g, beta, y, col_stride, HV: tl.constexpr
     """One tile of RW state rows of one (batch row, value head): S <- e^g S; u = beta (v - S k); S += u k^T;
     y = S q; S stored in place. col_stride is 1; with HIDE_CONTIGUITY the columns' offsets are multiplied by it,
     an unspecialised argument, so that Triton cannot prove the rows contiguous. MASKED: the tile's accesses under
-    a (always true) bounds mask, rows < V and columns < K, which Triton does not prove constant along a row."""
+    a (always true) bounds mask, rows < V and columns < K, as fla-core writes them (Triton 3.6 still emits 16-byte
+    accesses for them). INDEXED: the state through slot_idx, else row b's state at slot b. BARRIER: see below."""
     tile = tl.program_id(0)
     hv = tl.program_id(1)
     b = tl.program_id(2)
@@ -140,9 +152,9 @@ def make_flat_kernel(indexed, loop, stages=1, maxnreg=None):
 
 
 def make_kernel(scalar=False, masked=False, stages=1, indexed=True, barrier=False):
-    """The launch of one variant (`scalar`: the rows' contiguity hidden; `masked`: bounds masks on the tile's
-    accesses; `stages`: Triton's num_stages); run.compiled keeps the
-    last compiled kernel (its PTX, SASS and registers are written out by main)."""
+    """A launch of _gdn_step (`scalar`: the rows' contiguity hidden; `masked`: bounds masks on the tile's accesses;
+    `stages`: Triton's num_stages; `indexed`, `barrier`: as the kernel's flags). run.compiled keeps the last
+    compiled kernel (main prints its registers and writes its PTX and cubin)."""
 
     def run(state, shape, q, k, v, g, beta, out, slot_idx):
         H, HV, V, K = shape.num_k_heads, shape.num_v_heads, shape.head_v_dim, shape.head_k_dim
@@ -237,7 +249,8 @@ def main():
     ap.add_argument("--fla-cfg", default="VK/BV8/w1/s3")
     ap.add_argument("--fla-wheel", default=".cache/wheels/fla_core-0.6.0-py3-none-any.whl")
     ap.add_argument("--passes", type=int, default=2)
-    ap.add_argument("--variants", default="all", help="Triton variants to time: all, or names joined by commas")
+    ap.add_argument("--variants", default="tri masked,tri masked noidx",
+                    help="Triton variants to time: names joined by commas, all, or none")
     ap.add_argument("--env", default=None, help="VAR=v1,v2: every pass once per value of a knob the library reads "
                     "at launch (A/B builds)")
     args = ap.parse_args()
@@ -250,11 +263,15 @@ def main():
         fr, _ = load_fla_fused_recurrent(Path(args.fla_wheel))
         fla = (fr, (layout == "VK", int(bv[2:]), int(warps[1:]), int(stages[1:])))
     shape = GdnLayerShape(16, 64, 128, 128)
-    variants = [("tri masked", make_kernel(masked=True)), ("tri masked noidx", make_kernel(masked=True, indexed=False)),
+    variants = [("tri vec", make_kernel()), ("tri masked", make_kernel(masked=True)),
+                ("tri masked s3", make_kernel(masked=True, stages=3)),
+                ("tri masked noidx", make_kernel(masked=True, indexed=False)),
                 ("tri masked bar", make_kernel(masked=True, barrier=True)),
                 ("tri masked bar noidx", make_kernel(masked=True, indexed=False, barrier=True)),
                 ("flat idx", make_flat_kernel(True, False)), ("flat idx r64", make_flat_kernel(True, False, maxnreg=64)),
-                ("flat", make_flat_kernel(False, False))]
+                ("flat", make_flat_kernel(False, False)), ("flat loop", make_flat_kernel(False, True)),
+                ("flat loop s3", make_flat_kernel(False, True, 3)), ("flat idx loop s3", make_flat_kernel(True, True, 3)),
+                ("tri scalar", make_kernel(scalar=True))]
     if args.variants != "all":
         variants = [(n, r) for n, r in variants if n in args.variants.split(",")]
     out_dir = os.environ.get("OUT")
