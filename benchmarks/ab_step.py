@@ -141,11 +141,10 @@ def main():
     if args.fla_cfg:
         from pathlib import Path
 
-        from bench_gdn import load_fla_fused_recurrent
+        from bench_gdn import load_fla_fused_recurrent, parse_fla_cfg
 
-        layout, bv, warps, stages = args.fla_cfg.split("/")
         fr, _ = load_fla_fused_recurrent(Path(args.fla_wheel))
-        fla = (fr, (layout == "VK", int(bv[2:]), int(warps[1:]), int(stages[1:])))
+        fla = (fr, parse_fla_cfg(args.fla_cfg))
     copy_gbs = copy_bandwidth_gbs()
     print(f"{args.name:12s} copy bandwidth {copy_gbs / 1e3:.2f} TB/s", flush=True)
     runs = [(args.name, None, None)]

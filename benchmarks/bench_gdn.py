@@ -110,6 +110,14 @@ def fla_cfg_name(v_first, bv, warps, stages):
     return f"{'VK' if v_first else 'KV'}/BV{bv}/w{warps}/s{stages}"
 
 
+def parse_fla_cfg(name):
+    """(v_first, bv, warps, stages) of a configuration name such as VK/BV8/w1/s3 (the inverse of fla_cfg_name)."""
+    layout, bv, warps, stages = name.split("/")
+    if layout not in ("VK", "KV") or not (bv.startswith("BV") and warps.startswith("w") and stages.startswith("s")):
+        raise ValueError(f"fla-core configuration {name!r} is not LAYOUT/BVn/wn/sn with LAYOUT VK or KV")
+    return layout == "VK", int(bv[2:]), int(warps[1:]), int(stages[1:])
+
+
 def ours_step(entry, slot_sets, q, k, v, g, beta, out, state=None, shape=None, pool=None):
     """One step of our conventional kernel (state, shape) or ReplaySSM kernel (pool), cycling over the slot sets.
 

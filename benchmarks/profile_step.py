@@ -27,19 +27,18 @@ def fla_steps(batch, cfg, wheel, dev):
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_gdn import fla_kernel_step, load_fla_fused_recurrent
+    from bench_gdn import fla_kernel_step, load_fla_fused_recurrent, parse_fla_cfg
     fr, _ = load_fla_fused_recurrent(Path(wheel))
-    layout, bv, warps, stages = cfg.split("/")
+    v_first, bv, warps, stages = parse_fla_cfg(cfg)
     H, HV, K, V = 16, 64, 128, 128
     state = torch.randn(batch, HV, V, K, device=dev)
-    if layout == "KV":
+    if not v_first:
         state = state.view(batch, HV, K, V)
     q4 = torch.nn.functional.normalize(torch.randn(batch, 1, H, K, device=dev), dim=-1).bfloat16()
     k4 = torch.nn.functional.normalize(torch.randn(batch, 1, H, K, device=dev), dim=-1).bfloat16()
     v4 = torch.randn(batch, 1, HV, V, device=dev).bfloat16()
     g3, b3 = -torch.rand(batch, 1, HV, device=dev) * 0.5, torch.rand(batch, 1, HV, device=dev)
-    run = fla_kernel_step(fr, [state], q4, k4, v4, g3, b3, torch.empty_like(v4), layout == "VK", int(bv[2:]),
-                          int(warps[1:]), int(stages[1:]))
+    run = fla_kernel_step(fr, [state], q4, k4, v4, g3, b3, torch.empty_like(v4), v_first, bv, warps, stages)
     for _ in range(3):
         run()
 

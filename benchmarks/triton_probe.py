@@ -257,11 +257,10 @@ def main():
     dev = torch.device("cuda")
     fla = None
     if args.fla_cfg:
-        from bench_gdn import load_fla_fused_recurrent
+        from bench_gdn import load_fla_fused_recurrent, parse_fla_cfg
 
-        layout, bv, warps, stages = args.fla_cfg.split("/")
         fr, _ = load_fla_fused_recurrent(Path(args.fla_wheel))
-        fla = (fr, (layout == "VK", int(bv[2:]), int(warps[1:]), int(stages[1:])))
+        fla = (fr, parse_fla_cfg(args.fla_cfg))
     shape = GdnLayerShape(16, 64, 128, 128)
     variants = [("tri vec", make_kernel()), ("tri masked", make_kernel(masked=True)),
                 ("tri masked s3", make_kernel(masked=True, stages=3)),
