@@ -58,7 +58,7 @@ setup(
     name="trtllm-replayssm",
     version="0.1.0",
     description="ReplaySSM decode kernels, references, state pools and tools for hybrid SSM LLMs",
-    packages=find_packages(include=["trtllm_replayssm*", "builder*"]),
+    packages=find_packages(include=["trtllm_replayssm*"]),
     package_data={"trtllm_replayssm.configs": ["*.json"]},
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "numpy"],

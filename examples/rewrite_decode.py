@@ -11,8 +11,8 @@ import argparse
 import torch
 import transformers
 
-from builder.decode_loop import greedy_decode
-from builder.rewrite import rewrite
+from trtllm_replayssm.builder.decode_loop import greedy_decode
+from trtllm_replayssm.builder.rewrite import rewrite
 from trtllm_replayssm.config import ReplayConfig
 
 

@@ -18,8 +18,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from builder.decode_loop import SlotAllocator, greedy_decode  # noqa: E402
-from builder.rewrite import RewriteError, rewrite  # noqa: E402
+from trtllm_replayssm.builder.decode_loop import SlotAllocator, greedy_decode  # noqa: E402
+from trtllm_replayssm.builder.rewrite import RewriteError, rewrite  # noqa: E402
 from trtllm_replayssm.config import ReplayConfig  # noqa: E402
 from trtllm_replayssm.model_config import analyze  # noqa: E402
 

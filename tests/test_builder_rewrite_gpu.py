@@ -17,8 +17,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from builder.decode_loop import greedy_decode  # noqa: E402
-from builder.rewrite import rewrite  # noqa: E402
+from trtllm_replayssm.builder.decode_loop import greedy_decode  # noqa: E402
+from trtllm_replayssm.builder.rewrite import rewrite  # noqa: E402
 from test_builder_rewrite import PROMPTS, make_model  # noqa: E402
 from trtllm_replayssm.config import ReplayConfig  # noqa: E402
 

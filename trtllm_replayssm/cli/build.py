@@ -4,7 +4,7 @@ Only the dry run exists so far: the rewrite itself is the builder's next step.""
 
 from __future__ import annotations
 
-from builder.dry_run import format_plan
+from trtllm_replayssm.builder.dry_run import format_plan
 from trtllm_replayssm.config import ReplayConfig
 from trtllm_replayssm.model_config import analyze, bundled_configs, load_config
 
@@ -23,7 +23,7 @@ def register(sub):
 def main(args) -> int:
     if not args.dry_run:
         raise SystemExit("build: only --dry-run is available so far: compiling an engine is not implemented yet "
-                         "(the PyTorch rewrite of a loaded model is builder.rewrite; see examples/rewrite_decode.py)")
+                         "(the PyTorch rewrite of a loaded model is trtllm_replayssm.builder.rewrite; see examples/rewrite_decode.py)")
     model = analyze(load_config(args.model))
     print(format_plan(model, ReplayConfig(args.buffer_len, args.state_dtype, args.act_dtype)))
     return 0
