@@ -131,3 +131,62 @@ def test_unsupported_models_are_refused_before_building(tmp_path, patch, words):
         load_network(str(tmp_path))
     for w in words:
         assert w in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["replay", "conventional"])
+@pytest.mark.parametrize("name", NETWORK_MODELS)
+def test_verify_and_commit_equal_plain_decoding(name, mode):
+    """Speculative steps (windows of T=3: the last accepted token, then drafts) with random acceptance give, at
+    every accepted position, the logits plain decoding gives there; rejected drafts (random tokens) leave no
+    trace. 12 windows at L=8 pass several flushes."""
+    T, L8 = 3, 8
+    cfg = ReplayConfig(L8, "fp32", "fp32", latency_route_bytes=0)
+    net = HybridLM(make_model(name), mode=mode, replay=cfg)
+    g = torch.Generator().manual_seed(1)
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    slots = torch.tensor([3, 1], dtype=torch.int32)
+    # Plain decoding: a token stream per row and the logits at each of its positions.
+    plain = net.new_state(4, 64)
+    ids = torch.tensor([p + [0] * (5 - len(p)) for p in prompts])
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.int32)
+    logits = net.prefill(plain, ids, lengths, slots)
+    stream = [list(p) for p in prompts]
+    plain_logits = [dict() for _ in prompts]  # position of the input token -> logits predicting the next one
+    pos = lengths.long().clone()
+    for r in range(2):
+        plain_logits[r][int(pos[r]) - 1] = logits[r]
+    for _ in range(30):
+        nxt = logits.argmax(-1)
+        for r in range(2):
+            stream[r].append(int(nxt[r]))
+        logits = net.decode(plain, nxt, pos, slots)
+        for r in range(2):
+            plain_logits[r][int(pos[r])] = logits[r]
+        pos = pos + 1
+    # Speculative decoding over the same streams.
+    spec = net.new_state(4, 64, spec_tokens=T)
+    net.prefill(spec, ids, lengths, slots)
+    p = lengths.long().clone()  # next position to verify: its input is stream[r][p]
+    for _ in range(12):
+        window = torch.empty(2, T, dtype=torch.long)
+        accepted = torch.randint(1, T + 1, (2,), generator=g, dtype=torch.int32)
+        for r in range(2):
+            for s in range(T):
+                true = stream[r][int(p[r]) + s]
+                window[r, s] = true if s < int(accepted[r]) else int(torch.randint(0, 256, (1,), generator=g))
+        out = net.verify(spec, window, p, slots)
+        for r in range(2):
+            for s in range(int(accepted[r])):
+                want = plain_logits[r][int(p[r]) + s]
+                err = (out[r, s] - want).abs().max().item()
+                assert err < LOGIT_TOL, f"row {r} position {int(p[r]) + s}: logits differ by {err}"
+        net.commit(spec, accepted, slots)
+        p = p + accepted.long()
+
+
+def test_spec_state_limits_are_refused():
+    net = HybridLM(make_model("nemotron_h"), replay=ReplayConfig(4, "fp32", "fp32"))
+    with pytest.raises(NetworkError, match="buffer_len=4"):
+        net.new_state(2, 16, spec_tokens=3)
+    with pytest.raises(NetworkError, match="spec_tokens=9"):
+        net.new_state(2, 16, spec_tokens=9)

@@ -19,9 +19,12 @@ from torch import nn
 
 from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops import prefill as prefill_ops
-from trtllm_replayssm.ops.conv1d import conv1d_update
+from trtllm_replayssm.ops import gdn as gdn_ops
+from trtllm_replayssm.ops import mamba2 as mamba2_ops
+from trtllm_replayssm.ops.conv1d import conv1d_commit, conv1d_update, conv1d_verify
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
+from trtllm_replayssm.ops.slots import snapshot_commit, spec_commit
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 
 from .state import StateSet
@@ -38,13 +41,65 @@ class StepContext:
     positions: torch.Tensor | None = None  # decode: [b] int64
     lengths: torch.Tensor | None = None  # prefill: [b] int32
     rope: tuple | None = None  # (cos, sin) for the step's positions, [b, S, rotary_dim], or None
+    accepted: torch.Tensor | None = None  # commit: [b] int32, tokens of the verified window accepted (1..T)
+
+
+class SsmMixer(nn.Module):
+    """What the Mamba-2 and GDN mixers share: their state (pool, conv state or speculative conv window,
+    snapshots), the conv1d phases and the speculative commit.
+
+    State of a layer i: the pool buffers `layer<i>.<name>`; `layer<i>.conv_state` [slots, C, k-1+T] (T = the
+    state's spec_tokens, 0 without speculative decoding: the conv history, then the verify window); with
+    speculative decoding in conventional mode, `layer<i>.snapshots` [slots, T, *state] (the snapshot path)."""
+
+    pool_cls = None
+
+    def allocate(self, state: StateSet, cfg: ReplayConfig, device) -> None:
+        pool = self.pool_cls(self.shape, state.num_slots, cfg, device=device)
+        state.pools[self.index] = pool
+        for name, t in pool.buffers.items():
+            state.add(f"layer{self.index}.{name}", t)
+        k = self.conv1d.kernel_size[0]
+        T = state.spec_tokens
+        state.add(f"layer{self.index}.conv_state",
+                  torch.zeros(state.num_slots, self.conv_dim, k - 1 + T, dtype=cfg.act_dtype, device=device))
+        if T and self.mode == "conventional":
+            ckpt = pool.checkpoint
+            state.add(f"layer{self.index}.snapshots",
+                      torch.zeros(state.num_slots, T, *ckpt.shape[1:], dtype=ckpt.dtype, device=device))
+
+    def _conv_history(self, state: StateSet):
+        """The conv state's committed history [slots, C, k-1] (a view when the state has a verify window)."""
+        return state[f"layer{self.index}.conv_state"][..., :self.conv1d.kernel_size[0] - 1]
+
+    def _conv_prefill(self, xbc, ctx):
+        return prefill_ops.conv1d_prefill(self._conv_history(ctx.state), xbc.contiguous(), _conv_weight(self.conv1d),
+                                          self.conv1d.bias, True, lengths=ctx.lengths, slot_idx=ctx.slot_idx)
+
+    def _conv_decode(self, xbc, ctx):
+        return conv1d_update(ctx.state[f"layer{self.index}.conv_state"], xbc.contiguous(), _conv_weight(self.conv1d),
+                             self.conv1d.bias, True, slot_idx=ctx.slot_idx)
+
+    def _conv_verify(self, xbc, ctx):
+        return conv1d_verify(ctx.state[f"layer{self.index}.conv_state"], xbc.contiguous(), _conv_weight(self.conv1d),
+                             self.conv1d.bias, True, slot_idx=ctx.slot_idx)
+
+    def commit(self, ctx: StepContext) -> None:
+        """Keeps each row's accepted prefix of the last verified window: cursor (ReplaySSM) or snapshot
+        (conventional), and the conv history."""
+        state, pool = ctx.state, ctx.state.pools[self.index]
+        if self.mode == "replay":
+            spec_commit(pool, ctx.accepted, ctx.slot_idx, window=state.spec_tokens)
+        else:
+            snapshot_commit(pool.checkpoint, state[f"layer{self.index}.snapshots"], ctx.accepted, ctx.slot_idx)
+        conv1d_commit(state[f"layer{self.index}.conv_state"], ctx.accepted, self.conv1d.kernel_size[0], ctx.slot_idx)
 
 
 def _conv_weight(conv: nn.Conv1d) -> torch.Tensor:
     return conv.weight[:, 0, :]  # [C, 1, k] depthwise -> [C, k], a view
 
 
-class Mamba2Mixer(nn.Module):
+class Mamba2Mixer(SsmMixer):
     """Nemotron-H's Mamba-2 mixer: in_proj -> (gate, xBC, dt); causal conv1d over xBC; SSM over (x, B, C, dt)
     with the D skip; gated group RMSNorm; out_proj."""
 
@@ -53,6 +108,7 @@ class Mamba2Mixer(nn.Module):
         self.index, self.mode = index, mode
         self.in_proj, self.conv1d, self.norm, self.out_proj = hf.in_proj, hf.conv1d, hf.norm, hf.out_proj
         self.shape = Mamba2LayerShape(hf.num_heads, hf.head_dim, hf.ssm_state_size, hf.n_groups)
+        self.pool_cls = Mamba2StatePool
         self.inner = hf.num_heads * hf.head_dim
         self.conv_dim = hf.conv_dim
         # Per-head parameters as the ops take them (fp32, contiguous); buffers follow .to(device).
@@ -60,14 +116,6 @@ class Mamba2Mixer(nn.Module):
         self.register_buffer("D", hf.D.detach().float().contiguous(), persistent=False)
         self.register_buffer("dt_bias", hf.dt_bias.detach().float().contiguous(), persistent=False)
 
-    def allocate(self, state: StateSet, cfg: ReplayConfig, device) -> None:
-        pool = Mamba2StatePool(self.shape, state.num_slots, cfg, device=device)
-        state.pools[self.index] = pool
-        for name, t in pool.buffers.items():
-            state.add(f"layer{self.index}.{name}", t)
-        k = self.conv1d.kernel_size[0]
-        state.add(f"layer{self.index}.conv_state",
-                  torch.zeros(state.num_slots, self.conv_dim, k - 1, dtype=cfg.act_dtype, device=device))
 
     def _split(self, xbc):
         G, N = self.shape.ngroups, self.shape.dstate
@@ -82,10 +130,7 @@ class Mamba2Mixer(nn.Module):
 
     def prefill(self, h, ctx: StepContext):
         gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
-        xbc = prefill_ops.conv1d_prefill(ctx.state[f"layer{self.index}.conv_state"], xbc.contiguous(),
-                                         _conv_weight(self.conv1d), self.conv1d.bias, True,
-                                         lengths=ctx.lengths, slot_idx=ctx.slot_idx)
-        x, B, C = self._split(xbc)
+        x, B, C = self._split(self._conv_prefill(xbc, ctx))
         y = prefill_ops.mamba2_prefill(ctx.state.pools[self.index], x, dt.contiguous(), B, C, self.A, D=self.D,
                                        dt_bias=self.dt_bias, dt_softplus=True, lengths=ctx.lengths,
                                        slot_idx=ctx.slot_idx)
@@ -93,9 +138,7 @@ class Mamba2Mixer(nn.Module):
 
     def decode(self, h, ctx: StepContext):
         gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
-        xbc = conv1d_update(ctx.state[f"layer{self.index}.conv_state"], xbc.contiguous(), _conv_weight(self.conv1d),
-                            self.conv1d.bias, True, slot_idx=ctx.slot_idx)
-        x, B, C = self._split(xbc)
+        x, B, C = self._split(self._conv_decode(xbc, ctx))
         pool = ctx.state.pools[self.index]
         args = dict(D=self.D, dt_bias=self.dt_bias, dt_softplus=True, slot_idx=ctx.slot_idx)
         if self.mode == "replay":
@@ -104,8 +147,20 @@ class Mamba2Mixer(nn.Module):
             y = conventional_decode(pool.checkpoint, x, dt.contiguous(), B, C, self.A, **args)
         return self._out(y, gate, h.dtype)
 
+    def verify(self, h, ctx: StepContext):
+        gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
+        x, B, C = self._split(self._conv_verify(xbc, ctx))
+        pool = ctx.state.pools[self.index]
+        args = dict(D=self.D, dt_bias=self.dt_bias, dt_softplus=True, slot_idx=ctx.slot_idx)
+        if self.mode == "replay":
+            y = mamba2_ops.replay_verify(pool, x, dt.contiguous(), B, C, self.A, **args)
+        else:
+            y = mamba2_ops.snapshot_verify(pool.checkpoint, ctx.state[f"layer{self.index}.snapshots"], x,
+                                           dt.contiguous(), B, C, self.A, **args)
+        return self._out(y, gate, h.dtype)
 
-class GdnMixer(nn.Module):
+
+class GdnMixer(SsmMixer):
     """Qwen3.5's Gated DeltaNet: in_proj_qkv -> causal conv1d -> (q, k, v); z, a, b projections; the gated
     delta rule with in-op gating (g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)) and q/k L2
     normalisation; gated RMSNorm per value head; out_proj."""
@@ -116,18 +171,11 @@ class GdnMixer(nn.Module):
         for name in ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "conv1d", "norm", "out_proj"):
             setattr(self, name, getattr(hf, name))
         self.shape = GdnLayerShape(hf.num_k_heads, hf.num_v_heads, hf.head_k_dim, hf.head_v_dim)
+        self.pool_cls = GdnStatePool
         self.key_dim, self.value_dim, self.conv_dim = hf.key_dim, hf.value_dim, hf.conv_dim
         self.register_buffer("A_log", hf.A_log.detach().float().contiguous(), persistent=False)
         self.register_buffer("dt_bias", hf.dt_bias.detach().float().contiguous(), persistent=False)
 
-    def allocate(self, state: StateSet, cfg: ReplayConfig, device) -> None:
-        pool = GdnStatePool(self.shape, state.num_slots, cfg, device=device)
-        state.pools[self.index] = pool
-        for name, t in pool.buffers.items():
-            state.add(f"layer{self.index}.{name}", t)
-        k = self.conv1d.kernel_size[0]
-        state.add(f"layer{self.index}.conv_state",
-                  torch.zeros(state.num_slots, self.conv_dim, k - 1, dtype=cfg.act_dtype, device=device))
 
     def _inputs(self, h):
         lead = h.shape[:-1]
@@ -150,24 +198,30 @@ class GdnMixer(nn.Module):
 
     def prefill(self, h, ctx: StepContext):
         lead, qkv, z, gates = self._inputs(h)
-        qkv = prefill_ops.conv1d_prefill(ctx.state[f"layer{self.index}.conv_state"], qkv.contiguous(),
-                                         _conv_weight(self.conv1d), self.conv1d.bias, True,
-                                         lengths=ctx.lengths, slot_idx=ctx.slot_idx)
-        q, k, v = self._split(qkv, lead)
+        q, k, v = self._split(self._conv_prefill(qkv, ctx), lead)
         y = prefill_ops.gdn_prefill(ctx.state.pools[self.index], q, k, v, lengths=ctx.lengths,
                                     slot_idx=ctx.slot_idx, **gates)
         return self._out(y, z, lead, h.dtype)
 
     def decode(self, h, ctx: StepContext):
         lead, qkv, z, gates = self._inputs(h)
-        qkv = conv1d_update(ctx.state[f"layer{self.index}.conv_state"], qkv.contiguous(), _conv_weight(self.conv1d),
-                            self.conv1d.bias, True, slot_idx=ctx.slot_idx)
-        q, k, v = self._split(qkv, lead)
+        q, k, v = self._split(self._conv_decode(qkv, ctx), lead)
         pool = ctx.state.pools[self.index]
         if self.mode == "replay":
             y = gdn_replay_decode(pool, q, k, v, slot_idx=ctx.slot_idx, **gates)
         else:
             y = gdn_conventional_decode(pool.checkpoint, self.shape, q, k, v, slot_idx=ctx.slot_idx, **gates)
+        return self._out(y, z, lead, h.dtype)
+
+    def verify(self, h, ctx: StepContext):
+        lead, qkv, z, gates = self._inputs(h)
+        q, k, v = self._split(self._conv_verify(qkv, ctx), lead)
+        pool = ctx.state.pools[self.index]
+        if self.mode == "replay":
+            y = gdn_ops.replay_verify(pool, q, k, v, slot_idx=ctx.slot_idx, **gates)
+        else:
+            y = gdn_ops.snapshot_verify(pool.checkpoint, ctx.state[f"layer{self.index}.snapshots"], q, k, v,
+                                        slot_idx=ctx.slot_idx, **gates)
         return self._out(y, z, lead, h.dtype)
 
 
@@ -247,6 +301,22 @@ class Attention(nn.Module):
         return self._out(self._attend(q, kc[ctx.kv_rows], vc[ctx.kv_rows], mask), gate)[:, 0]
 
 
+    def verify(self, h, ctx: StepContext):
+        """T tokens per row at positions p..p+T-1 (p = ctx.positions): their K/V written there, each attending
+        to the row's cache up to itself. Entries of rejected tokens are overwritten by later steps."""
+        T = h.shape[1]
+        q, k, v, gate = self._qkv(h, ctx.rope)
+        kc, vc = ctx.state[f"layer{self.index}.k_cache"], ctx.state[f"layer{self.index}.v_cache"]
+        at = ctx.positions[:, None] + torch.arange(T, device=h.device)[None]  # [b, T]
+        kc[ctx.kv_rows[:, None], at] = k.to(kc.dtype)
+        vc[ctx.kv_rows[:, None], at] = v.to(vc.dtype)
+        mask = torch.arange(kc.shape[1], device=h.device)[None, None, :] <= at[:, :, None]
+        return self._out(self._attend(q, kc[ctx.kv_rows], vc[ctx.kv_rows], mask), gate)
+
+    def commit(self, ctx: StepContext) -> None:
+        """Nothing to keep: the accepted tokens' K/V are in place, the rejected ones are overwritten later."""
+
+
 class FeedForward(nn.Module):
     """An MLP or MoE block of the loaded model, called as it is (a pure function of its input). MoE experts are
     evaluated densely (DenseExperts): exact, free of host synchronisation and of data-dependent shapes, so a
@@ -264,6 +334,11 @@ class FeedForward(nn.Module):
 
     def decode(self, h, ctx):
         return self.block(h[:, None])[:, 0]
+
+    verify = prefill
+
+    def commit(self, ctx) -> None:
+        """Stateless."""
 
 
 class DenseExperts(nn.Module):

@@ -6,6 +6,9 @@
     logits = net.decode(state, next_ids, positions, slot_idx)   # [b] -> [b, vocab]; CUDA-graph capturable
     net.release(state, finished_slots)
 
+Speculative decoding: a state made with `spec_tokens=T` serves `verify` (T tokens per row: the last accepted one
+and T-1 drafts -> [b, T, vocab]) and `commit` (each row's accepted count) instead of `decode`.
+
 The PyTorch runtime (trtllm_replayssm/runtime/) runs it; the engine builder (trtllm_replayssm/builder/) exports
 the same layers with the state tensors as engine inputs and aliased outputs. Weights come from a loaded
 transformers model (a model directory's safetensors, or seeded random weights for a bundled config or a
@@ -21,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trtllm_replayssm.config import CONV1D_KERNEL_SIZES, ReplayConfig, parse_dtype
+from trtllm_replayssm.config import CONV1D_KERNEL_SIZES, SPEC_MAX_WINDOW, SPEC_MIN_WINDOW, ReplayConfig, parse_dtype
 from trtllm_replayssm.model_config import DEFAULT_CONFIG, analyze, load_config
 
 from .layers import Attention, FeedForward, GdnMixer, Mamba2Mixer, StepContext
@@ -97,14 +100,21 @@ class HybridLM(nn.Module):
         return Block(layer.input_layernorm, mixer, layer.post_attention_layernorm, FeedForward(layer.mlp))
 
     # ---- state ----
-    def new_state(self, num_slots: int, max_seq_len: int) -> StateSet:
-        """Zeroed state for `num_slots` requests of at most `max_seq_len` tokens, on the network's device."""
+    def new_state(self, num_slots: int, max_seq_len: int, spec_tokens: int = 0) -> StateSet:
+        """Zeroed state for `num_slots` requests of at most `max_seq_len` tokens, on the network's device;
+        spec_tokens = T > 0: for speculative decoding (verify / commit) with windows of T tokens."""
         if num_slots < 1 or max_seq_len < 1:
             raise NetworkError(f"num_slots={num_slots} and max_seq_len={max_seq_len} must be >= 1")
+        if spec_tokens and not SPEC_MIN_WINDOW <= spec_tokens <= SPEC_MAX_WINDOW:
+            raise NetworkError(f"spec_tokens={spec_tokens} is out of range ({SPEC_MIN_WINDOW}..{SPEC_MAX_WINDOW}, "
+                               "or 0 for no speculative decoding)")
+        if self.mode == "replay" and self.replay.buffer_len < 2 * spec_tokens:
+            raise NetworkError(f"buffer_len={self.replay.buffer_len} is too short for spec_tokens={spec_tokens}: "
+                               f"the ring must hold 2T records (buffer_len >= {2 * spec_tokens})")
         device = self.lm_head.weight.device
         cfg = self.replay if self.mode == "replay" else ReplayConfig(
             buffer_len=1, state_dtype=self.replay.state_dtype, act_dtype=self.replay.act_dtype)
-        state = StateSet(num_slots, max_seq_len)
+        state = StateSet(num_slots, max_seq_len, spec_tokens)
         for block in self.blocks:
             m = block.mixer
             if isinstance(m, (Mamba2Mixer, GdnMixer)):
@@ -152,6 +162,30 @@ class HybridLM(nn.Module):
         for block in self.blocks:
             h = block("decode", h, ctx)
         return self._logits(h)
+
+    @torch.no_grad()
+    def verify(self, state: StateSet, input_ids, positions, slot_idx):
+        """Speculative verify (a state made with spec_tokens=T): input_ids [b, T] int64 (the last accepted token,
+        then T-1 drafts) at positions [b] .. [b]+T-1; slot_idx [b] int32. Returns [b, T, vocab] fp32: logits[:, s]
+        follow tokens 0..s of the window. Nothing is committed: call `commit` with the accepted counts."""
+        b, T = input_ids.shape
+        if T != state.spec_tokens:
+            raise NetworkError(f"verify of {T} tokens on a state made for spec_tokens={state.spec_tokens}")
+        h = self.embed(input_ids)
+        positions = positions.long()
+        at = positions[:, None] + torch.arange(T, device=h.device)[None]
+        ctx = StepContext(state, slot_idx, state.rows(slot_idx), positions=positions, rope=self._rope(h, at))
+        for block in self.blocks:
+            h = block("verify", h, ctx)
+        return self._logits(h)
+
+    @torch.no_grad()
+    def commit(self, state: StateSet, accepted, slot_idx) -> None:
+        """Keeps each row's first accepted[b] tokens (1..T, int32 [b]) of the last verified window; the rest
+        is rolled back. The row's next window starts at position + accepted."""
+        ctx = StepContext(state, slot_idx, state.rows(slot_idx), accepted=accepted)
+        for block in self.blocks:
+            block.mixer.commit(ctx)
 
 
 # ---- loading ----

@@ -3,7 +3,8 @@
 Names are `layer<i>.<buffer>`: the SSM pool buffers of a Mamba-2 / GDN layer (`checkpoint`, ring records,
 `cursor`, read copy: trtllm_replayssm/pool.py), `layer<i>.conv_state` [slots, C, k-1] of its causal conv1d, and
 `layer<i>.k_cache` / `layer<i>.v_cache` [slots + 1, max_seq_len, kv_heads, head_dim] of an attention layer. The
-KV caches have one spare row past the last slot: padding rows (slot -1) write there, so a step needs no mask
+conv state holds k-1+T inputs with speculative decoding (history, then the verify window), and
+`layer<i>.snapshots` [slots, T, *state] holds the conventional speculative path's states. The KV caches have one spare row past the last slot: padding rows (slot -1) write there, so a step needs no mask
 and no host synchronisation. The same names are the engine's state inputs and aliased outputs
 (trtllm_replayssm/builder/), so the PyTorch runtime and a TensorRT engine bind the same buffers.
 """
@@ -24,6 +25,7 @@ class StateSet:
 
     num_slots: int
     max_seq_len: int
+    spec_tokens: int = 0  # T of the speculative verify window (0: standard decode only)
     tensors: dict = field(default_factory=dict)  # name -> tensor
     pools: dict = field(default_factory=dict)  # layer index -> StatePool (its buffers are in `tensors` too)
 
@@ -59,5 +61,5 @@ class StateSet:
             for pool in self.pools.values():
                 pool.reset_slot(s)
             for name, t in self.tensors.items():
-                if name.endswith(("conv_state", "k_cache", "v_cache")):
+                if name.endswith(("conv_state", "snapshots", "k_cache", "v_cache")):
                     t[s].zero_()
