@@ -26,6 +26,7 @@ SLOTS = [5, 2, 7]
 
 def _network_greedy(net, prompts, steps, slots, num_slots=8, pad_row=True):
     """Greedy tokens and logits [steps, b, vocab] through the network: right-padded prefill, then decode."""
+    dev = net.lm_head.weight.device
     state = net.new_state(num_slots, 64)
     for n, t in state.tensors.items():
         if t.is_floating_point():
@@ -33,12 +34,13 @@ def _network_greedy(net, prompts, steps, slots, num_slots=8, pad_row=True):
             t.normal_().mul_(1.0 if ".ring_" in n else 1e3)
     poison = {n: t.clone() for n, t in state.tensors.items()}
     rows = [list(p) for p in prompts] + ([[1]] if pad_row else [])
-    slot_idx = torch.tensor(slots + ([-1] if pad_row else []), dtype=torch.int32)
+    slot_idx = torch.tensor(slots + ([-1] if pad_row else []), dtype=torch.int32, device=dev)
     S = max(len(p) for p in rows)
     ids = torch.zeros(len(rows), S, dtype=torch.long)
     for r, p in enumerate(rows):
         ids[r, :len(p)] = torch.tensor(p)
-    lengths = torch.tensor([len(p) for p in rows], dtype=torch.int32)
+    ids = ids.to(dev)
+    lengths = torch.tensor([len(p) for p in rows], dtype=torch.int32, device=dev)
     logits = net.prefill(state, ids, lengths, slot_idx)
     positions = lengths.long()
     out_tokens, out_logits = [[] for _ in prompts], []
@@ -52,7 +54,7 @@ def _network_greedy(net, prompts, steps, slots, num_slots=8, pad_row=True):
         logits = net.decode(state, nxt, positions, slot_idx)
         positions = positions + 1
     untouched = [s for s in range(num_slots) if s not in slots]
-    return out_tokens, torch.stack(out_logits), state, poison, untouched
+    return out_tokens, torch.stack(out_logits).cpu(), state, poison, untouched
 
 
 @pytest.fixture(autouse=True)
@@ -139,23 +141,27 @@ def test_verify_and_commit_equal_plain_decoding(name, mode):
     """Speculative steps (windows of T=3: the last accepted token, then drafts) with random acceptance give, at
     every accepted position, the logits plain decoding gives there; rejected drafts (random tokens) leave no
     trace. 12 windows at L=8 pass several flushes."""
-    T, L8 = 3, 8
-    cfg = ReplayConfig(L8, "fp32", "fp32", latency_route_bytes=0)
-    net = HybridLM(make_model(name), mode=mode, replay=cfg)
+    net = HybridLM(make_model(name), mode=mode, replay=ReplayConfig(8, "fp32", "fp32", latency_route_bytes=0))
+    check_verify_and_commit(net, LOGIT_TOL)
+
+
+def check_verify_and_commit(net, tol, T=3, windows=12):
+    """Plain decoding of two prompts, then the same streams through verify + commit windows with random
+    acceptance (drafts past the accepted count are random tokens): logits equal at every accepted position."""
+    dev = net.lm_head.weight.device
     g = torch.Generator().manual_seed(1)
     prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
-    slots = torch.tensor([3, 1], dtype=torch.int32)
-    # Plain decoding: a token stream per row and the logits at each of its positions.
+    slots = torch.tensor([3, 1], dtype=torch.int32, device=dev)
     plain = net.new_state(4, 64)
-    ids = torch.tensor([p + [0] * (5 - len(p)) for p in prompts])
-    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.int32)
+    ids = torch.tensor([p + [0] * (5 - len(p)) for p in prompts], device=dev)
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.int32, device=dev)
     logits = net.prefill(plain, ids, lengths, slots)
     stream = [list(p) for p in prompts]
     plain_logits = [dict() for _ in prompts]  # position of the input token -> logits predicting the next one
     pos = lengths.long().clone()
     for r in range(2):
         plain_logits[r][int(pos[r]) - 1] = logits[r]
-    for _ in range(30):
+    for _ in range(T * windows):
         nxt = logits.argmax(-1)
         for r in range(2):
             stream[r].append(int(nxt[r]))
@@ -163,25 +169,24 @@ def test_verify_and_commit_equal_plain_decoding(name, mode):
         for r in range(2):
             plain_logits[r][int(pos[r])] = logits[r]
         pos = pos + 1
-    # Speculative decoding over the same streams.
     spec = net.new_state(4, 64, spec_tokens=T)
     net.prefill(spec, ids, lengths, slots)
     p = lengths.long().clone()  # next position to verify: its input is stream[r][p]
-    for _ in range(12):
+    for _ in range(windows):
         window = torch.empty(2, T, dtype=torch.long)
         accepted = torch.randint(1, T + 1, (2,), generator=g, dtype=torch.int32)
         for r in range(2):
             for s in range(T):
                 true = stream[r][int(p[r]) + s]
                 window[r, s] = true if s < int(accepted[r]) else int(torch.randint(0, 256, (1,), generator=g))
-        out = net.verify(spec, window, p, slots)
+        out = net.verify(spec, window.to(dev), p, slots)
         for r in range(2):
             for s in range(int(accepted[r])):
                 want = plain_logits[r][int(p[r]) + s]
                 err = (out[r, s] - want).abs().max().item()
-                assert err < LOGIT_TOL, f"row {r} position {int(p[r]) + s}: logits differ by {err}"
-        net.commit(spec, accepted, slots)
-        p = p + accepted.long()
+                assert err < tol, f"row {r} position {int(p[r]) + s}: logits differ by {err}"
+        net.commit(spec, accepted.to(dev), slots)
+        p = p + accepted.to(dev).long()
 
 
 def test_spec_state_limits_are_refused():
