@@ -40,14 +40,12 @@ T* advance(T* p, int64_t elems, int64_t elem_bytes) {
 
 // The prompt fields every family shares.
 static rssm_status check_prompt(int batch, int num_tokens, const int32_t* lengths, const int32_t* workspace,
-                                const int32_t* slot_idx, const int32_t* cursor, bool needs_cursor) {
+                                const int32_t* slot_idx) {
   if (num_tokens < 1 || num_tokens > kMaxTokens)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "num_tokens=%d is out of range (1..%d)", num_tokens, kMaxTokens);
   if (batch < 0 || batch > 65535) return fail(RSSM_ERR_INVALID_ARGUMENT, "batch=%d is out of range (0..65535)", batch);
   const NamedPtr required[] = {{lengths, "lengths"}, {workspace, "workspace"}, {slot_idx, "step.slot_idx"}};
   if (const rssm_status st = check_pointers(required, "required by prefill")) return st;
-  if (needs_cursor && !cursor)
-    return fail(RSSM_ERR_INVALID_ARGUMENT, "step.cursor is NULL (required by prefill: it empties the ring)");
   if (reinterpret_cast<uintptr_t>(workspace) & 3u)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "workspace is not 4-byte aligned");
   return RSSM_OK;
@@ -123,11 +121,12 @@ static rssm_status start(const PrefillStartArgs& a, cudaStream_t stream, const c
   return err == cudaSuccess ? RSSM_OK : fail(RSSM_ERR_CUDA, "%s start launch failed: %s", what, cudaGetErrorString(err));
 }
 
-// The start of a Mamba-2 / GDN pool's slots: the checkpoint and the cursor (an empty ring), each contiguous per slot.
+// The start of a Mamba-2 / GDN pool's slots: the checkpoint and the cursor (an empty ring; none in a pool without
+// ring), each contiguous per slot.
 static PrefillStartArgs pool_start(const int32_t* slot_idx, const int32_t* lengths, int32_t* workspace, int batch,
                                    int num_tokens, int num_slots, int pad_slot_id, void* state, int64_t state_bytes,
                                    int32_t* cursor, int heads) {
-  PrefillStartArgs a{slot_idx, lengths, workspace, batch, num_tokens, num_slots, pad_slot_id, 2, {}};
+  PrefillStartArgs a{slot_idx, lengths, workspace, batch, num_tokens, num_slots, pad_slot_id, cursor ? 2 : 1, {}};
   const int64_t cursor_bytes = static_cast<int64_t>(heads) * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS * 4;
   a.zero[0] = {static_cast<char*>(state), state_bytes, 1, state_bytes, state_bytes};
   a.zero[1] = {reinterpret_cast<char*>(cursor), cursor_bytes, 1, cursor_bytes, cursor_bytes};
@@ -187,7 +186,7 @@ static rssm_status validate_mamba2(const rssm_mamba2_prefill_params& p) {
   if (s.latency_route_bytes)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "step.latency_route_bytes=%lld must be 0 (a conventional step)",
                 static_cast<long long>(s.latency_route_bytes));
-  if (const rssm_status st = check_prompt(s.batch, p.num_tokens, p.lengths, p.workspace, s.slot_idx, s.cursor, true))
+  if (const rssm_status st = check_prompt(s.batch, p.num_tokens, p.lengths, p.workspace, s.slot_idx))
     return st;
   const int64_t e = dtype_bytes(s.act_dtype);
   const TokenStride strides[] = {{s.x, p.x_token_stride, e, "x_token_stride", true},
@@ -247,7 +246,7 @@ static rssm_status validate_gdn(const rssm_gdn_prefill_params& p) {
   if (s.latency_route_bytes)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "step.latency_route_bytes=%lld must be 0 (a conventional step)",
                 static_cast<long long>(s.latency_route_bytes));
-  if (const rssm_status st = check_prompt(s.batch, p.num_tokens, p.lengths, p.workspace, s.slot_idx, s.cursor, true))
+  if (const rssm_status st = check_prompt(s.batch, p.num_tokens, p.lengths, p.workspace, s.slot_idx))
     return st;
   const bool raw = s.gate_mode == RSSM_GDN_GATES_RAW;
   const int64_t e = dtype_bytes(s.act_dtype), ge = dtype_bytes(s.gate_dtype);
@@ -302,7 +301,7 @@ static rssm_status validate_conv1d(const rssm_conv1d_prefill_params& p) {
   const rssm_conv1d_params& s = p.step;
   if (s.mode != RSSM_CONV1D_UPDATE)
     return fail(RSSM_ERR_INVALID_ARGUMENT, "step.mode=%d must be 0: a prefill runs the update step", s.mode);
-  if (const rssm_status st = check_prompt(s.batch, p.num_tokens, p.lengths, p.workspace, s.slot_idx, nullptr, false))
+  if (const rssm_status st = check_prompt(s.batch, p.num_tokens, p.lengths, p.workspace, s.slot_idx))
     return st;
   const int64_t e = dtype_bytes(s.act_dtype);
   const TokenStride strides[] = {{s.x, s.x_token_stride, e, "step.x_token_stride", false},

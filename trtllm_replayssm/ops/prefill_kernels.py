@@ -56,10 +56,20 @@ def _prompt(p, lengths, batch, num_tokens, device):
     p.num_tokens, p.lengths, p.workspace = num_tokens, lengths.data_ptr(), p.workspace_tensor.data_ptr()
 
 
-def _launch(name, p, device):
+MAMBA2, GDN, CONV1D = "rssm_mamba2_prefill", "rssm_gdn_prefill", "rssm_conv1d_prefill"  # the entry points
+
+
+def launch(name, p, device) -> None:
+    """Validates and launches entry point `name` (MAMBA2, GDN, CONV1D) on the current stream of `device`."""
     lib = _lib.require(name)
     stream = torch.cuda.current_stream(device).cuda_stream
     _lib.check(getattr(lib, name)(ctypes.byref(p), ctypes.sizeof(p), ctypes.c_void_p(stream)), name)
+
+
+def validate(name, p) -> None:
+    """The library's checks of entry point `name`, without a launch (no GPU needed)."""
+    lib = _lib.require(f"{name}_validate")
+    _lib.check(getattr(lib, f"{name}_validate")(ctypes.byref(p), ctypes.sizeof(p)), f"{name}_validate")
 
 
 def _strides(p, named):
@@ -73,6 +83,12 @@ def mamba2(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, 
     if fmt != "none" and (state, fmt) not in MAMBA2_KERNEL_READ_COPIES:
         raise NotImplementedError(f"read_format={fmt} with state_dtype={state}: the CUDA kernels read the pairs "
                                   f"{MAMBA2_KERNEL_READ_COPIES}; this one exists in the PyTorch reference only")
+    launch(MAMBA2, mamba2_params(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, pad_slot_id, y),
+           x.device)
+
+
+def mamba2_params(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, pad_slot_id, y):
+    """The params of a Mamba-2 prefill (x, z [b, S, H, P] ... as mamba2_prefill) with a fresh workspace."""
     p = Mamba2PrefillParams()
     p.step = mamba2_kernels.fill_params(
         mamba2_kernels.CONVENTIONAL, pool.checkpoint, x[:, 0], dt[:, 0], B[:, 0], C[:, 0], A, D, _token0(z), dt_bias,
@@ -81,12 +97,18 @@ def mamba2(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, 
         read_block_scale=pool.buffers.get("read_block_scale"))
     _strides(p, (("x", x), ("dt", dt), ("B", B), ("C", C), ("z", z), ("y", y)))
     _prompt(p, lengths, x.shape[0], x.shape[1], x.device)
-    _launch("rssm_mamba2_prefill", p, x.device)
+    return p
 
 
 def gdn(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, lengths, slot_idx, pad_slot_id, y):
-    """rssm_gdn_prefill over a GdnStatePool (inputs validated by ops/prefill.py); raw q, k and gates go to the
-    kernel as the decode op sends them (gdn._kernel_inputs, applied to every token at once)."""
+    """rssm_gdn_prefill over a GdnStatePool (inputs validated by ops/prefill.py)."""
+    launch(GDN, gdn_params(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, lengths, slot_idx,
+                           pad_slot_id, y), v.device)
+
+
+def gdn_params(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, lengths, slot_idx, pad_slot_id, y):
+    """The params of a GDN prefill; raw q, k and gates go to the kernel as the decode op sends them
+    (gdn._kernel_inputs, applied to every token at once)."""
     q, k, g, beta, opts = _kernel_inputs(pool.shape, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale)
     a, b = opts.get("a"), opts.get("b")
     if a is not None:
@@ -98,22 +120,28 @@ def gdn(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, leng
         read_state=pool.buffers.get("read_state"), read_scale=pool.buffers.get("read_scale"), **opts)
     _strides(p, (("q", q), ("k", k), ("v", v), ("y", y), ("g", g), ("beta", beta), ("a", a), ("b", b)))
     _prompt(p, lengths, v.shape[0], v.shape[1], v.device)
-    _launch("rssm_gdn_prefill", p, v.device)
+    return p
 
 
 def conv1d(state, x, weight, bias, activation, kernel_size, lengths, slot_idx, pad_slot_id, y):
     """rssm_conv1d_prefill (inputs validated by ops/prefill.py)."""
+    launch(CONV1D, conv1d_params(state, x, weight, bias, activation, kernel_size, lengths, slot_idx, pad_slot_id, y),
+           x.device)
+
+
+def conv1d_params(state, x, weight, bias, activation, kernel_size, lengths, slot_idx, pad_slot_id, y):
+    """The params of a conv1d prefill."""
     p = Conv1dPrefillParams()
     p.step = conv1d_kernels.fill_params(conv1d_kernels.UPDATE, state, x.shape[0], kernel_size, 1, x[:, 0], weight,
                                         bias, y[:, 0], activation, slot_idx, None, pad_slot_id)
     p.step.x_token_stride, p.step.y_token_stride = x.stride(1), y.stride(1)
     _prompt(p, lengths, x.shape[0], x.shape[1], x.device)
-    _launch("rssm_conv1d_prefill", p, x.device)
+    return p
 
 
 def abi_sizes_match() -> bool:
     """Whether the three structs have the library's sizes (no GPU needed)."""
-    lib = _lib.require("rssm_mamba2_prefill")
+    lib = _lib.require(MAMBA2)
     return (lib.rssm_mamba2_prefill_params_size() == ctypes.sizeof(Mamba2PrefillParams)
             and lib.rssm_gdn_prefill_params_size() == ctypes.sizeof(GdnPrefillParams)
             and lib.rssm_conv1d_prefill_params_size() == ctypes.sizeof(Conv1dPrefillParams))

@@ -27,8 +27,8 @@
 extern "C" {
 #endif
 
-// Mamba-2. step: mode RSSM_MAMBA2_CONVENTIONAL, latency_route_bytes 0, slot_idx required, cursor required (reset
-// to an empty ring; WRITTEN), ring pointers ignored; read_format / read_state / read_scale / read_block_scale: the
+// Mamba-2. step: mode RSSM_MAMBA2_CONVENTIONAL, latency_route_bytes 0, slot_idx required, cursor reset to an empty
+// ring (WRITTEN; NULL: a pool without ring, conventional decoding only), ring pointers ignored; read_format / read_state / read_scale / read_block_scale: the
 // pool's read copy, rewritten at the end (WRITTEN), a pair the replay decode reads ((fp32, fp16 / bf16 / fp8 /
 // nvfp4), (fp16 / bf16, fp8)).
 typedef struct rssm_mamba2_prefill_params {
@@ -39,8 +39,8 @@ typedef struct rssm_mamba2_prefill_params {
   int64_t x_token_stride, dt_token_stride, B_token_stride, C_token_stride, z_token_stride, y_token_stride;
 } rssm_mamba2_prefill_params;
 
-// Gated DeltaNet / KDA. step: mode RSSM_GDN_CONVENTIONAL, latency_route_bytes 0, slot_idx and cursor required as
-// for Mamba-2; read_format / read_state / read_scale: the pool's read copy (an fp32 checkpoint, fp16 / bf16 / fp8,
+// Gated DeltaNet / KDA. step: mode RSSM_GDN_CONVENTIONAL, latency_route_bytes 0, slot_idx and cursor as for
+// Mamba-2; read_format / read_state / read_scale: the pool's read copy (an fp32 checkpoint, fp16 / bf16 / fp8,
 // not KDA), rewritten at the end. Token strides of the gates in use (g, beta or a, b); the others are ignored.
 typedef struct rssm_gdn_prefill_params {
   rssm_gdn_decode_params step;
