@@ -92,7 +92,7 @@ def mamba2_params(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slo
     p = Mamba2PrefillParams()
     p.step = mamba2_kernels.fill_params(
         mamba2_kernels.CONVENTIONAL, pool.checkpoint, x[:, 0], dt[:, 0], B[:, 0], C[:, 0], A, D, _token0(z), dt_bias,
-        dt_softplus, slot_idx, pad_slot_id, y[:, 0], cursor=pool.cursor, read_format=fmt,
+        dt_softplus, slot_idx, pad_slot_id, y[:, 0], cursor=pool.cursor, read_format=pool.cfg.read_format,
         read_state=pool.buffers.get("read_state"), read_scale=pool.buffers.get("read_scale"),
         read_block_scale=pool.buffers.get("read_block_scale"))
     _strides(p, (("x", x), ("dt", dt), ("B", B), ("C", C), ("z", z), ("y", y)))
