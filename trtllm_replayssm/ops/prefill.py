@@ -18,12 +18,12 @@ lengths: int32 [b]. On CPU tensors the lengths of live rows are checked to lie i
 the device (no synchronisation): a row runs the tokens t < lengths[b], so a length above S runs all S tokens
 and a length below 1 leaves the slot at the zero state.
 
-CPU tensors run the decode references token by token with a per-token masked slot index (rows whose prompt
-ended get pad_slot_id); CUDA tensors run the C ABI's prefill entries (plugins/capi/prefill.cu): one kernel
-starts the live slots, then per token a tiny kernel writes the masked slot index and the conventional decode
-kernel runs on that token's rows, then one kernel refreshes the read copies. Everything on the current stream,
-no synchronisation, capturable in a CUDA graph. Inputs are validated before anything is touched, with the
-decode ops' checks; errors name the argument and its value.
+CPU tensors run the decode ops token by token with a per-token masked slot index (token_slots: rows whose
+prompt ended get pad_slot_id); CUDA tensors run the C ABI's prefill entries (plugins/capi/prefill.cu, binding in
+prefill_kernels.py): one kernel starts the live slots and writes every token's masked slot index into a
+workspace, then the conventional decode kernel runs once per token, then one kernel refreshes the read copies.
+Everything on the current stream, no synchronisation, capturable in a CUDA graph. Inputs are validated before
+anything is touched, with the decode ops' checks; errors name the argument and its value.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from trtllm_replayssm.config import PAD_SLOT_ID, dtype_name
 from trtllm_replayssm.ops import conv1d as _conv1d
 from trtllm_replayssm.ops import gdn as _gdn
 from trtllm_replayssm.ops import mamba2 as _mamba2
+from trtllm_replayssm.ops import prefill_kernels
 from trtllm_replayssm.ops.validate import check as _check
 
-__all__ = ["mamba2_prefill", "gdn_prefill", "conv1d_prefill", "token_slots"]
+__all__ = ["mamba2_prefill", "gdn_prefill", "conv1d_prefill", "token_slots", "mamba2_prefill_reference",
+           "gdn_prefill_reference", "conv1d_prefill_reference"]
 
 
 def token_slots(slot_idx: torch.Tensor, lengths: torch.Tensor, t: int, pad_slot_id: int = PAD_SLOT_ID):
@@ -74,19 +76,26 @@ def _check_lengths(lengths, slot_idx, b: int, S: int, device, pad_slot_id: int) 
             raise ValueError(f"lengths[{row}]={int(lengths[row])} is out of range (1..{S}, the tokens of the batch)")
 
 
-def _start_slots(states, slot_idx, pad_slot_id: int) -> None:
-    """Zeroes the live rows' slots of each state buffer [slots, ...] (the prefill starts from a zero state)."""
-    for state in states:
-        live = slot_idx[(slot_idx != pad_slot_id) & (slot_idx >= 0) & (slot_idx < state.shape[0])].long()
-        state[live] = 0
+def _live_slots(slot_idx, num_slots: int, pad_slot_id: int):
+    """The slots of the live rows (as int64 indices)."""
+    return slot_idx[(slot_idx != pad_slot_id) & (slot_idx >= 0) & (slot_idx < num_slots)].long()
 
 
-def _finish_pool(pool, slot_idx, pad_slot_id: int) -> None:
-    """The live slots' read copies from their checkpoints, and empty rings (history 0, origin 0)."""
-    for s in slot_idx.tolist():
-        if s != pad_slot_id and 0 <= s < pool.num_slots:
-            pool.write_read_copy(s, pool.checkpoint[s])
-            pool.set_cursor(s, 0, 0)
+def _zero_slots(state, slot_idx, pad_slot_id: int) -> None:
+    """The live rows' slots of a state buffer [slots, ...] := 0 (a prefill starts from a zero state)."""
+    state[_live_slots(slot_idx, state.shape[0], pad_slot_id)] = 0
+
+
+def _start_pool(pool, slot_idx, pad_slot_id: int) -> None:
+    """The live slots' checkpoints := 0 and cursors := an empty ring (history 0, origin 0)."""
+    _zero_slots(pool.checkpoint, slot_idx, pad_slot_id)
+    _zero_slots(pool.cursor, slot_idx, pad_slot_id)
+
+
+def _refresh_read_copies(pool, slot_idx, pad_slot_id: int) -> None:
+    """The live slots' read copies (if any) from their final checkpoints."""
+    for s in _live_slots(slot_idx, pool.num_slots, pad_slot_id).tolist():
+        pool.write_read_copy(s, pool.checkpoint[s])
 
 
 def _token(t, i):
@@ -123,17 +132,10 @@ def mamba2_prefill(pool, x, dt, B, C, A, *, D=None, z=None, dt_bias=None, dt_sof
     if b == 0:
         return y
     if x.device.type == "cuda":
-        from trtllm_replayssm.ops import prefill_kernels
         prefill_kernels.mamba2(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, pad_slot_id, y)
         return y
-    _start_slots([pool.checkpoint], slot_idx, pad_slot_id)
-    for t in range(S):
-        _mamba2.conventional_decode(pool.checkpoint, x[:, t], dt[:, t], B[:, t], C[:, t], A, D=D, z=_token(z, t),
-                                    dt_bias=dt_bias, dt_softplus=dt_softplus, ngroups=G,
-                                    slot_idx=token_slots(slot_idx, lengths, t, pad_slot_id), pad_slot_id=pad_slot_id,
-                                    out=y[:, t])
-    _finish_pool(pool, slot_idx, pad_slot_id)
-    return y
+    return mamba2_prefill_reference(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, pad_slot_id,
+                                    y)
 
 
 def gdn_prefill(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log=None, dt_bias=None, use_qk_l2norm=True,
@@ -167,19 +169,11 @@ def gdn_prefill(pool, q, k, v, *, g=None, beta=None, a=None, b=None, A_log=None,
     if n == 0:
         return y
     if v.device.type == "cuda":
-        from trtllm_replayssm.ops import prefill_kernels
         prefill_kernels.gdn(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, lengths, slot_idx,
                             pad_slot_id, y)
         return y
-    _start_slots([pool.checkpoint], slot_idx, pad_slot_id)
-    for t in range(S):
-        _gdn.gdn_conventional_decode(pool.checkpoint, sh, q[:, t], k[:, t], v[:, t], g=_token(g, t),
-                                     beta=_token(beta, t), a=_token(a, t), b=_token(b, t), A_log=A_log,
-                                     dt_bias=dt_bias, use_qk_l2norm=use_qk_l2norm, scale=scale,
-                                     slot_idx=token_slots(slot_idx, lengths, t, pad_slot_id), pad_slot_id=pad_slot_id,
-                                     out=y[:, t])
-    _finish_pool(pool, slot_idx, pad_slot_id)
-    return y
+    return gdn_prefill_reference(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, lengths, slot_idx,
+                                 pad_slot_id, y)
 
 
 def conv1d_prefill(state, x, weight, bias=None, activation=True, *, lengths, slot_idx, pad_slot_id=PAD_SLOT_ID,
@@ -198,11 +192,44 @@ def conv1d_prefill(state, x, weight, bias=None, activation=True, *, lengths, slo
     if b == 0:
         return y
     if x.device.type == "cuda":
-        from trtllm_replayssm.ops import prefill_kernels
         prefill_kernels.conv1d(state, x, weight, bias, activation, k, lengths, slot_idx, pad_slot_id, y)
         return y
-    _start_slots([state], slot_idx, pad_slot_id)
-    for t in range(S):
+    return conv1d_prefill_reference(state, x, weight, bias, activation, lengths, slot_idx, pad_slot_id, y)
+
+
+# ---- the route as decode ops: the specification (CPU), and on CUDA tensors the kernels' expected bits ----
+
+def mamba2_prefill_reference(pool, x, dt, B, C, A, D, z, dt_bias, dt_softplus, lengths, slot_idx, pad_slot_id, y):
+    """mamba2_prefill as conventional_decode once per token with token_slots (validated inputs; any device, CUDA:
+    the decode kernel, as the prefill kernels run it; synchronises)."""
+    _start_pool(pool, slot_idx, pad_slot_id)
+    for t in range(x.shape[1]):
+        _mamba2.conventional_decode(pool.checkpoint, x[:, t], dt[:, t], B[:, t], C[:, t], A, D=D, z=_token(z, t),
+                                    dt_bias=dt_bias, dt_softplus=dt_softplus, ngroups=pool.shape.ngroups,
+                                    slot_idx=token_slots(slot_idx, lengths, t, pad_slot_id), pad_slot_id=pad_slot_id,
+                                    out=y[:, t])
+    _refresh_read_copies(pool, slot_idx, pad_slot_id)
+    return y
+
+
+def gdn_prefill_reference(pool, q, k, v, g, beta, a, b, A_log, dt_bias, use_qk_l2norm, scale, lengths, slot_idx,
+                          pad_slot_id, y):
+    """gdn_prefill as gdn_conventional_decode once per token with token_slots (as mamba2_prefill_reference)."""
+    _start_pool(pool, slot_idx, pad_slot_id)
+    for t in range(v.shape[1]):
+        _gdn.gdn_conventional_decode(pool.checkpoint, pool.shape, q[:, t], k[:, t], v[:, t], g=_token(g, t),
+                                     beta=_token(beta, t), a=_token(a, t), b=_token(b, t), A_log=A_log,
+                                     dt_bias=dt_bias, use_qk_l2norm=use_qk_l2norm, scale=scale,
+                                     slot_idx=token_slots(slot_idx, lengths, t, pad_slot_id), pad_slot_id=pad_slot_id,
+                                     out=y[:, t])
+    _refresh_read_copies(pool, slot_idx, pad_slot_id)
+    return y
+
+
+def conv1d_prefill_reference(state, x, weight, bias, activation, lengths, slot_idx, pad_slot_id, y):
+    """conv1d_prefill as conv1d_update once per token with token_slots (as mamba2_prefill_reference)."""
+    _zero_slots(state, slot_idx, pad_slot_id)
+    for t in range(x.shape[1]):
         _conv1d.conv1d_update(state, x[:, t], weight, bias, activation,
                               slot_idx=token_slots(slot_idx, lengths, t, pad_slot_id), pad_slot_id=pad_slot_id,
                               out=y[:, t])
