@@ -20,8 +20,9 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the messa
 
 
 def paths(tmp) -> dict:
-    """Model directories and files for `{name}` placeholders: a copy of the bundled tiny config, a directory
-    without config.json, a file that is not JSON, a JSON list, and a config of an unsupported model type."""
+    """Model directories and files for `{name}` placeholders: a copy of the bundled tiny config, a small Qwen3.5
+    config (3 GDN layers of 2 key and 4 value heads of 64), a directory without config.json, a file that is not
+    JSON, a JSON list, a config of an unsupported model type and one with a field of the wrong type."""
     model = tmp / "model"
     model.mkdir(exist_ok=True)
     with resources.as_file(resources.files("trtllm_replayssm.configs") / "nemotron_h_tiny.json") as src:
@@ -30,11 +31,16 @@ def paths(tmp) -> dict:
     (tmp / "notjson.json").write_text("model_type: nemotron_h\n")
     (tmp / "list.json").write_text("[1, 2]\n")
     (tmp / "llama.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    gdn = json.loads((resources.files("trtllm_replayssm.configs") / "qwen3_5_4b.json").read_text())
+    gdn["text_config"].update(num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                              linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
+                              linear_value_head_dim=64)
+    (tmp / "gdn_tiny.json").write_text(json.dumps(gdn))
     (tmp / "badfield.json").write_text(json.dumps({**json.loads((model / "config.json").read_text()),
                                                    "mamba_num_heads": "sixteen"}))
     return {"model": str(model), "model_json": str(model / "config.json"), "empty": str(tmp / "empty"),
             "notjson": str(tmp / "notjson.json"), "list": str(tmp / "list.json"), "llama": str(tmp / "llama.json"),
-            "badfield": str(tmp / "badfield.json"), "nodir": str(tmp / "nodir" / "x.png")}
+            "badfield": str(tmp / "badfield.json"), "gdn_tiny": str(tmp / "gdn_tiny.json"), "nodir": str(tmp / "nodir" / "x.png")}
 
 
 def fill(argv, where: dict) -> list:
@@ -145,8 +151,8 @@ BAD = [
 GOOD = [
     (["run", "--steps", "3", "--batch", "2", "--device", "cpu", "--seed", "5", "--quiet"],
      ["4 SSM layers (mamba2)", "batch 2, 3 steps", "on cpu", "max relative difference"]),
-    (["run", "--config", "qwen3_5_4b", "--steps", "2", "--batch", "2", "--buffer-len", "2"],
-     ["SSM layers (gdn)", "L=2"]),
+    (["run", "--config", "{gdn_tiny}", "--steps", "3", "--batch", "2", "--buffer-len", "2"],
+     ["3 SSM layers (gdn)", "num_k_heads=2, num_v_heads=4, head_k_dim=64", "L=2"]),
     (["run", "--config", "{model}", "--steps", "2", "--batch", "2", "--state-dtype", "bf16", "--act-dtype", "bf16"],
      ["(mamba2)", "state bf16, activations bf16"]),
     (["run", "--config", "{model_json}", "--steps", "2", "--batch", "3", "--latency-route-bytes", "1000000"],
@@ -166,8 +172,8 @@ GOOD = [
 
 # Values the property-based test draws: small good ones (valid runs stay fast) and bad ones of every kind.
 SMALL_GOOD = {
-    "--config": ["nemotron_h_tiny", "qwen3_5_4b"], "--model": ["nemotron_h_tiny", "qwen3_5_4b"],
-    "--batch": ["1", "2", "3"], "--steps": ["1", "2", "3"], "--buffer-len": ["1", "2", "5", "64"],
+    "--config": ["nemotron_h_tiny", "{gdn_tiny}"], "--model": ["nemotron_h_tiny", "qwen3_5_4b"],
+    "--batch": ["1", "2"], "--steps": ["1", "2"], "--buffer-len": ["1", "2", "5", "64"],
     "--state-dtype": ["fp32", "fp16", "bf16"], "--act-dtype": ["fp32", "fp16", "bf16"], "--device": ["cpu"],
     "--seed": ["0", "9"], "--latency-route-bytes": ["0", "65536"], "--context": ["1", "8192"],
     "--gpu-mem-gb": ["0.5", "141"], "--weight-gb": ["0", "20"], "--T": ["2", "4", "8"],
@@ -179,4 +185,5 @@ BAD_VALUES = ["0", "-1", "-7", "65", "4097", "99999999999999999999", "2.5", "nan
               " ", "-", "--", "cuda", "tpu", "cuda:7", "fp8", "nosuch", "{empty}", "{notjson}", "{llama}", "{nodir}",
               "a,b", "5,,6", ",", "\x00", "\u00e9"]
 # Prepended to every random argument list (later flags override them): the defaults of these runs are long.
-SMALL_PREFIX = {"run": ["--steps", "2", "--batch", "2"], "drift": ["--steps", "3", "--heads", "2"]}
+SMALL_PREFIX = {"run": ["--steps", "2", "--batch", "2"], "drift": ["--steps", "3", "--heads", "2"],
+                "build": ["--dry-run"]}
