@@ -10,7 +10,7 @@ import os
 import sys
 
 from trtllm_replayssm.cli import build, drift, info, plan, run
-from trtllm_replayssm.cli.args import Failure, Parser, UsageError
+from trtllm_replayssm.cli.args import Failure, Parser, UsageError, one_line
 
 PROG = "trtllm-replayssm"
 COMMANDS = (run, plan, build, drift, info)
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
         except UsageError as e:
             command.error(str(e))
         except Failure as e:
-            print(f"{command.prog}: {e}", file=sys.stderr)
+            print(f"{command.prog}: {one_line(e)}", file=sys.stderr)
             code = 1
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code

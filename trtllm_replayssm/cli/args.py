@@ -75,7 +75,11 @@ class Parser(argparse.ArgumentParser):
     `--help` prints it)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def one_line(message: str) -> str:
+    return " ".join(str(message).split("\n"))
 
 
 # ---- argument types: each returns the parsed value or raises ArgumentTypeError naming the value and the range
