@@ -20,3 +20,14 @@ def test_speculative_example_agrees_with_the_snapshot_path():
     worst = _load("speculative_decode").main(steps=12, device="cpu")
     assert 0 <= worst < 1e-5
     assert torch.isfinite(torch.tensor(worst))
+
+
+def test_replay_example_shows_what_its_comments_say(capsys):
+    """The ring of each decoded slot holds 40 - 2 x 16 = 8 records (a row flushes every L = 16 steps); untouched
+    slots hold none; and the example's note on the latency route holds (a default-config step of three rows
+    flushes every row)."""
+    example = _load("replay_decode")
+    assert example.pool.history().tolist() == [8, 0, 8, 0]
+    out = capsys.readouterr().out
+    assert "after 40 steps (L=16: a row flushes every 16 steps; 40 = 2 x 16 + 8): [8, 0, 8, 0]" in out
+    assert out.rstrip().endswith("the rings stay empty): True")

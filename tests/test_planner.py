@@ -75,8 +75,9 @@ def test_build_dry_run_plan(capsys):
     assert out.count("-> ReplaySSM Mamba-2 decode") == 4 and out.count("-> unchanged") == 4
     # 4 layers x (16*64*128*4 state + 16*16*64*2 + 4*16*128*2 + 16*16*4 + 16*8*2*4 ring and cursors) bytes
     assert "state 2.0 MiB, ReplaySSM pool 2.2 MiB" in out
-    with pytest.raises(SystemExit, match="only --dry-run"):
+    with pytest.raises(SystemExit) as exit_info:
         main(["build", "--model", "nemotron_h_tiny"])
+    assert exit_info.value.code == 2 and "only --dry-run" in capsys.readouterr().err
 
 
 def test_replay_spec_ratio_bound_by_hand():

@@ -29,8 +29,9 @@ CONFIGS = {
 
 
 def run_drift(steps: int, shape: Mamba2LayerShape, batch: int = 2, buffer_len: int = 16, seed: int = 0,
-              configs=tuple(CONFIGS), device="cpu") -> dict:
-    """Per configuration, the relative output error (vs fp32 conventional) at every step: {name: [err, ...]}."""
+              configs=tuple(CONFIGS), device="cpu", progress=None) -> dict:
+    """Per configuration, the relative output error (vs fp32 conventional) at every step: {name: [err, ...]}.
+    progress, when given, wraps the iterable of steps (e.g. a tqdm bar)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     H, P, N, G = shape.nheads, shape.head_dim, shape.dstate, shape.ngroups
 
@@ -57,7 +58,7 @@ def run_drift(steps: int, shape: Mamba2LayerShape, batch: int = 2, buffer_len: i
         else:
             runs[name] = (kind, fmt, dequantize_state(quantize_state(S_init, fmt), fmt))
     errors = {name: [] for name in configs}
-    for _ in range(steps):
+    for _ in (progress or iter)(range(steps)):
         x, z = rnd(batch, H, P), rnd(batch, H, P)
         dt, B, C = rnd(batch, H) * 0.5, rnd(batch, G, N), rnd(batch, G, N)
         y_ref = conventional_decode_reference(ref_state, x, dt, B, C, A, D, z, dt_bias)

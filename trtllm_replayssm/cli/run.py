@@ -10,62 +10,87 @@ import time
 
 import torch
 
-from trtllm_replayssm import _lib
-from trtllm_replayssm.config import DEFAULT_BUFFER_LEN, PAD_SLOT_ID, ReplayConfig
-from trtllm_replayssm.model_config import analyze, load_config
+from trtllm_replayssm.cli import args as cli
+from trtllm_replayssm.config import PAD_SLOT_ID, ReplayConfig
+from trtllm_replayssm.model_config import DEFAULT_CONFIG
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
+from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool, gdn_buffer_specs, mamba2_buffer_specs
+
+_SPECS = {"mamba2": mamba2_buffer_specs, "gdn": gdn_buffer_specs}
 
 
 def register(sub):
     p = sub.add_parser("run", help="decode a model's SSM layers with ReplaySSM and conventional decoding")
-    p.add_argument("--config", default=None, help="config.json or model directory (default: bundled tiny config)")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=48)
-    p.add_argument("--buffer-len", type=int, default=DEFAULT_BUFFER_LEN)
-    p.add_argument("--state-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
-    p.add_argument("--act-dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when usable)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--latency-route-bytes", type=int, default=0,
+    cli.add_model(p)
+    p.add_argument("--batch", type=cli.int_range(1, cli.MAX_BATCH), default=8,
+                   help="requests; request b joins at step b (default %(default)s)")
+    p.add_argument("--steps", type=cli.int_range(1, cli.MAX_STEPS), default=48,
+                   help="decode steps per layer (default %(default)s)")
+    cli.add_replay(p, act_dtype="fp32")
+    cli.add_device(p)
+    cli.add_seed(p)
+    p.add_argument("--latency-route-bytes", type=cli.int_range(0, 1 << 40), default=0,
                    help="the latency route's limit (config.py; default 0 here: the run exercises the ring, which "
                         "its small batches would otherwise skip)")
+    cli.add_quiet(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and _lib.available() else "cpu"))
+    model = cli.load_model(args.config)
+    layers = [layer for layer in model.layers if layer.kind in _SPECS]
+    with cli.usage_errors():
+        device = cli.resolve_device(args.device, kernels=True)
+        if not layers:
+            raise cli.UsageError(f"model config {args.config or DEFAULT_CONFIG}: no Mamba-2 or Gated DeltaNet layers to decode")
+        cfg = ReplayConfig(args.buffer_len, args.state_dtype, args.act_dtype,
+                           latency_route_bytes=args.latency_route_bytes)
+        cfg.validate()
+        # One layer's pool and the conventional path's copy of its checkpoints are alive at a time.
+        layer_bytes = max(sum(s.bytes_per_slot for s in _SPECS[layer.kind](layer.shape, cfg)) for layer in layers)
+        cli.check_memory(2 * args.batch * layer_bytes, device, f"a batch of {args.batch} requests' state buffers")
     torch.manual_seed(args.seed)
-    layers = [layer for layer in analyze(load_config(args.config)).layers if layer.kind in ("mamba2", "gdn")]
-    if not layers:
-        raise SystemExit("run: the config has no Mamba-2 or Gated DeltaNet layers")
-    cfg = ReplayConfig(args.buffer_len, args.state_dtype, args.act_dtype, latency_route_bytes=args.latency_route_bytes)
     kinds = sorted({layer.kind for layer in layers})
     print(f"{len(layers)} SSM layers ({', '.join(kinds)}) {layers[0].shape}, batch {args.batch}, {args.steps} steps, "
           f"L={cfg.buffer_len}, state {args.state_dtype}, activations {args.act_dtype}, on {device} "
-          f"({'kernels' if device.type == 'cuda' else 'PyTorch reference'})")
-    worst = 0.0
+          f"({'kernels' if device.type == 'cuda' else 'PyTorch reference'})", flush=True)
+    # Relative difference per (layer, step), poisoned: an entry left unwritten fails the check below.
+    diffs = torch.full((len(layers), args.steps), float("nan"), device=device)
     replay_s = conv_s = 0.0
-    for layer in layers:
-        step_fn = _mamba2_layer if layer.kind == "mamba2" else _gdn_layer
-        run_step = step_fn(layer.shape, cfg, args.batch, device)
-        for step in range(args.steps):
-            # Request b joins at step b (rows at different ring positions); earlier steps pad its row.
-            slots = torch.tensor([b if b <= step else PAD_SLOT_ID for b in range(args.batch)], dtype=torch.int32,
-                                 device=device)
-            y_rep, y_conv, t_rep, t_conv = run_step(slots)
-            replay_s, conv_s = replay_s + t_rep, conv_s + t_conv
-            live = slots >= 0
-            if bool(live.any()):
+    with cli.progress(total=len(layers) * args.steps, args=args, desc="decode", unit="step") as bar:
+        for i, layer in enumerate(layers):
+            step_fn = _mamba2_layer if layer.kind == "mamba2" else _gdn_layer
+            run_step = step_fn(layer.shape, cfg, args.batch, device)
+            for step in range(args.steps):
+                # Request b joins at step b (rows at different ring positions); earlier steps pad its row.
+                slots = torch.tensor([b if b <= step else PAD_SLOT_ID for b in range(args.batch)],
+                                     dtype=torch.int32, device=device)
+                y_rep, y_conv, t_rep, t_conv = run_step(slots)
+                replay_s, conv_s = replay_s + t_rep, conv_s + t_conv
+                live = slots >= 0  # row 0 from step 0 on
                 a, b = y_rep[live].double(), y_conv[live].double()
-                worst = max(worst, float((a - b).norm() / b.norm()))
+                diffs[i, step] = (a - b).norm() / b.norm()
+                bar.update()
+            del run_step  # frees the layer's pool before the next one is allocated
+    worst = _worst(diffs.cpu(), [layer.index for layer in layers])
     print(f"max relative difference ReplaySSM vs conventional (per step, all layers): {worst:.2e}")
     if device.type == "cuda":
         n = len(layers) * args.steps
         print(f"eager time per layer-step (includes Python overhead): ReplaySSM {replay_s / n * 1e6:.1f} µs, "
               f"conventional {conv_s / n * 1e6:.1f} µs")
     return 0
+
+
+def _worst(diffs: torch.Tensor, layer_index: list) -> float:
+    """The largest relative difference of diffs [layer, step]; a Failure naming the first layer and step where it
+    is not finite (a NaN or infinite output on either side; a `max` over Python floats would skip a NaN)."""
+    bad = (~torch.isfinite(diffs)).nonzero()
+    if len(bad):
+        i, step = (int(v) for v in bad[0])
+        raise cli.Failure(f"the outputs are not finite (relative difference {float(diffs[i, step])}) at layer "
+                          f"{layer_index[i]}, step {step}; {len(bad)} of {diffs.numel()} layer-steps")
+    return float(diffs.max())
 
 
 def _mamba2_layer(s, cfg, batch, device):
