@@ -1,6 +1,8 @@
 """TensorRT side of the plugins in libreplayssm_trt.so: load them into a plugin registry and add their layers to
-a network. `tensorrt` is imported lazily (it is an optional dependency): every function takes it as `trt=None`
-and imports it on first use, with a clear error when it is absent.
+a network. The TensorRT module is imported lazily (an optional dependency): every function takes it as
+`trt=None` and then uses `tensorrt_module()`: `tensorrt` (TensorRT 10.x / 11.x) when importable, else
+`tensorrt_rtx` (TensorRT-RTX, whose network API has no plugin layer: ONNX custom nodes are its route, see
+`onnx_plugin_node`), with a clear error naming what to install when neither is.
 
     import tensorrt as trt
     builder = trt.Builder(logger)
@@ -20,7 +22,10 @@ test checks it against the compiled library. docs/tensorrt_plugins.md has the I/
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import importlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -41,15 +46,54 @@ CONV1D = "ReplaySSMConv1d"
 CONV1D_MODES = {"update": 0, "verify": 1, "commit": 2}  # rssm_conv1d_mode
 
 
-def _trt(trt):
+TENSORRT_MODULES = ("tensorrt", "tensorrt_rtx")  # in the order tensorrt_module() tries them
+
+
+def tensorrt_module(trt=None):
+    """The TensorRT module every function here uses: `trt` when given, else the first of TENSORRT_MODULES that
+    imports (TensorRT-RTX prepared by `prepare_tensorrt_rtx`)."""
     if trt is not None:
         return trt
-    try:
-        import tensorrt
-    except ImportError as e:
-        raise ImportError("the TensorRT plugins need the `tensorrt` Python package (not installed here); "
-                          "the kernels are usable without it through trtllm_replayssm.ops") from e
-    return tensorrt
+    for name in TENSORRT_MODULES:
+        try:
+            if name == "tensorrt_rtx":
+                prepare_tensorrt_rtx()
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("the TensorRT plugins need the `tensorrt` Python package (TensorRT 10.x / 11.x) or "
+                      "TensorRT-RTX (`pip install tensorrt-rtx==1.7.1.116`), neither is importable; the kernels are "
+                      "usable without them through trtllm_replayssm.ops")
+
+
+def is_tensorrt_rtx(trt) -> bool:
+    return getattr(trt, "__name__", "").startswith("tensorrt_rtx")
+
+
+def prepare_tensorrt_rtx(cache_dir: Path | None = None) -> Path | None:
+    """TensorRT-RTX's ONNX parser dlopens the unversioned libtensorrt_rtx.so, which its wheel does not ship: links it
+    to the .so.1 in `cache_dir` (default ~/.cache/trtllm_replayssm/tensorrt_rtx), puts that folder on
+    LD_LIBRARY_PATH (for child processes) and loads the library under the unversioned name, so the parser's
+    dlopen finds it in this process too. Returns the folder (None when TensorRT-RTX is not installed)."""
+    spec = importlib.util.find_spec("tensorrt_rtx_libs")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(list(spec.submodule_search_locations)[0]) / "libtensorrt_rtx.so.1"
+    if not lib.exists():
+        return None
+    folder = Path(cache_dir or Path.home() / ".cache" / "trtllm_replayssm" / "tensorrt_rtx")
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "libtensorrt_rtx.so"
+    if not link.exists() or link.resolve() != lib.resolve():
+        tmp = folder / f".libtensorrt_rtx.so.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(lib)
+        tmp.replace(link)
+    paths = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    if str(folder) not in paths:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([str(folder), *paths])
+    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    return folder
 
 
 def native_dir() -> Path:
@@ -70,7 +114,7 @@ def library_path() -> Path:
 
 def load_plugins(registry=None, trt=None):
     """Loads the plugin library into `registry` (the global plugin registry by default); returns its handle."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     registry = registry if registry is not None else trt.get_plugin_registry()
     return registry.load_library(str(library_path()))
 
@@ -194,7 +238,7 @@ def _check_mode(mode, modes=("replay", "conventional")):
 # ---- network building ----
 def create_network(builder, trt=None):
     """A network for the plugins: strongly typed (the default and only kind in TensorRT 11; a flag before)."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
     major = int(str(getattr(trt, "__version__", "11")).split(".")[0])
     return builder.create_network(1 << int(flag) if flag is not None and major < 11 else 0)
@@ -202,7 +246,7 @@ def create_network(builder, trt=None):
 
 def enable_aliased_io(builder_config, trt=None) -> None:
     """Turns on the preview feature that lets the plugins update the pool buffers in place."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     builder_config.set_preview_feature(trt.PreviewFeature.ALIASED_PLUGIN_IO_10_03, True)
 
 
@@ -210,18 +254,24 @@ def add_plugin(network, plugin_name: str, fields: dict, inputs: dict, input_orde
                trt=None, layer_name: str | None = None):
     """Creates plugin `plugin_name` from `fields` and adds it with `inputs` (by name, in the plugin's order).
     Returns the layer's outputs: y, then the pool buffers updated in place (aliased to their inputs)."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     missing = [n for n in input_order if n not in inputs]
     extra = sorted(set(inputs) - set(input_order))
     if missing or extra:
         raise ValueError(f"{plugin_name}: inputs missing {missing}, unexpected {extra} (expected {input_order})")
+    if not hasattr(network, "add_plugin_v3"):
+        raise RuntimeError(f"{plugin_name}: this network API ({getattr(trt, '__name__', 'TensorRT')}) has no plugin "
+                           "layer (TensorRT-RTX): export an ONNX graph with the plugins as custom nodes "
+                           "(trt_plugins.onnx_plugin_node) and build it with the ONNX parser")
     registry = registry if registry is not None else trt.get_plugin_registry()
     creator = registry.get_creator(plugin_name, PLUGIN_VERSION, PLUGIN_NAMESPACE)
     if creator is None:
         raise RuntimeError(f"{plugin_name} is not registered: call load_plugins() first")
-    fc = trt.PluginFieldCollection([trt.PluginField(k, np.array([v], dtype=np.int32), trt.PluginFieldType.INT32)
-                                    for k, v in fields.items()])
+    # PluginField keeps a raw pointer to its array: the arrays must outlive create_plugin, which reads them.
+    arrays = {k: np.array([v], dtype=np.int32) for k, v in fields.items()}
+    fc = trt.PluginFieldCollection([trt.PluginField(k, a, trt.PluginFieldType.INT32) for k, a in arrays.items()])
     plugin = creator.create_plugin(layer_name or plugin_name, fc, trt.TensorRTPhase.BUILD)
+    del fc, arrays
     if plugin is None:
         raise RuntimeError(f"{plugin_name}: the library refused the fields {fields} (see the TensorRT log)")
     layer = network.add_plugin_v3([inputs[n] for n in input_order], [], plugin)
