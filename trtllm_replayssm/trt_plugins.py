@@ -27,6 +27,7 @@ import dataclasses
 import importlib
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,38 @@ def library_path() -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: reinstall with RSSM_TENSORRT_INCLUDE_DIR=<TensorRT include/>")
     return path
+
+
+def library_cuda_archs(path: Path | str | None = None) -> list[int]:
+    """The SM architectures the plugin library holds kernels for (its rssm_trt_cuda_archs(), set by the build's
+    RSSM_CUDA_ARCHS), e.g. [89, 90]; reads the library without a GPU."""
+    lib = ctypes.CDLL(str(path or library_path()))
+    query = lib.rssm_trt_cuda_archs
+    query.restype = ctypes.c_char_p
+    return sorted({int(m.group()) for arch in query().decode().split(",") if (m := re.match(r"\d+", arch.strip()))})
+
+
+def check_targets(targets, path: Path | str | None = None) -> None:
+    """Refuses SM targets (e.g. [89, 90]) the plugin library has no kernels for: an engine for one would build but
+    fail at its first launch."""
+    held = library_cuda_archs(path)
+    missing = [int(t) for t in targets if int(t) not in held]
+    if missing:
+        wanted = ";".join(str(a) for a in sorted(set(held) | set(missing)))
+        raise ValueError(f"the plugin library {path or library_path()} holds kernels for SM {held}, not SM {missing}: "
+                         f"rebuild it with RSSM_CUDA_ARCHS=\"{wanted}\"")
+
+
+def onnx_plugin_node(plugin_name: str, fields: dict, inputs: list[str], outputs: list[str], name: str | None = None):
+    """The ONNX node the TensorRT ONNX parser turns into plugin `plugin_name` (the route of TensorRT-RTX, whose
+    network API has no plugin layer): op type = plugin name, the fields as int attributes, plus plugin_version
+    and plugin_namespace. `inputs` in the plugin's order (`*_inputs(fields)`); `outputs`: y (when the plugin has
+    one), then one name per in-place buffer."""
+    from onnx import helper
+
+    return helper.make_node(plugin_name, list(inputs), list(outputs), name=name or plugin_name,
+                            plugin_version=PLUGIN_VERSION, plugin_namespace=PLUGIN_NAMESPACE,
+                            **{k: int(v) for k, v in fields.items()})
 
 
 def load_plugins(registry=None, trt=None):
@@ -255,14 +288,14 @@ def add_plugin(network, plugin_name: str, fields: dict, inputs: dict, input_orde
     """Creates plugin `plugin_name` from `fields` and adds it with `inputs` (by name, in the plugin's order).
     Returns the layer's outputs: y, then the pool buffers updated in place (aliased to their inputs)."""
     trt = tensorrt_module(trt)
-    missing = [n for n in input_order if n not in inputs]
-    extra = sorted(set(inputs) - set(input_order))
-    if missing or extra:
-        raise ValueError(f"{plugin_name}: inputs missing {missing}, unexpected {extra} (expected {input_order})")
     if not hasattr(network, "add_plugin_v3"):
         raise RuntimeError(f"{plugin_name}: this network API ({getattr(trt, '__name__', 'TensorRT')}) has no plugin "
                            "layer (TensorRT-RTX): export an ONNX graph with the plugins as custom nodes "
                            "(trt_plugins.onnx_plugin_node) and build it with the ONNX parser")
+    missing = [n for n in input_order if n not in inputs]
+    extra = sorted(set(inputs) - set(input_order))
+    if missing or extra:
+        raise ValueError(f"{plugin_name}: inputs missing {missing}, unexpected {extra} (expected {input_order})")
     registry = registry if registry is not None else trt.get_plugin_registry()
     creator = registry.get_creator(plugin_name, PLUGIN_VERSION, PLUGIN_NAMESPACE)
     if creator is None:
