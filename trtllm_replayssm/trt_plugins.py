@@ -73,9 +73,10 @@ def is_tensorrt_rtx(trt) -> bool:
 
 def prepare_tensorrt_rtx(cache_dir: Path | None = None) -> Path | None:
     """TensorRT-RTX's ONNX parser dlopens the unversioned libtensorrt_rtx.so, which its wheel does not ship: links it
-    to the .so.1 in `cache_dir` (default ~/.cache/trtllm_replayssm/tensorrt_rtx), puts that folder on
-    LD_LIBRARY_PATH (for child processes) and loads the library under the unversioned name, so the parser's
-    dlopen finds it in this process too. Returns the folder (None when TensorRT-RTX is not installed)."""
+    to the .so.1 in `cache_dir` (default ~/.cache/trtllm_replayssm/tensorrt_rtx) and puts that folder on
+    LD_LIBRARY_PATH. The dynamic loader reads LD_LIBRARY_PATH when a process starts: the parser finds the link in
+    child processes started after this call (or any process started with that folder on it), not in this one.
+    Returns the folder (None when TensorRT-RTX is not installed)."""
     spec = importlib.util.find_spec("tensorrt_rtx_libs")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -89,11 +90,10 @@ def prepare_tensorrt_rtx(cache_dir: Path | None = None) -> Path | None:
         tmp = folder / f".libtensorrt_rtx.so.{os.getpid()}"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(lib)
-        tmp.replace(link)
+        tmp.replace(link)  # atomic: concurrent processes never see a missing link
     paths = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     if str(folder) not in paths:
         os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([str(folder), *paths])
-    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
     return folder
 
 

@@ -51,6 +51,11 @@ class VersionedPluginRegistry {
 
 namespace {
 
+// The 10.x layouts are nvinfer1's own when the library is built against 10.x headers (RSSM_TENSORRT=1 takes
+// 10.14's): that build serves all three lines. Built against 11.x headers it serves 11.x and TensorRT-RTX, and
+// leaves a 10.x host's logger and registry alone (errors then go to stderr, and registration needs getCreators).
+constexpr bool kLegacyLayoutKnown = NV_TENSORRT_MAJOR < 11;
+
 // Which layouts the TensorRT library holding `address` (its code or a virtual table of it) uses: 1 for TensorRT 11
 // and TensorRT-RTX, 0 for TensorRT 10.x, -1 when `address` is not inside a TensorRT library.
 int layout_of(void const* address) {
@@ -59,8 +64,11 @@ int layout_of(void const* address) {
   if (std::strstr(info.dli_fname, "libtensorrt_rtx")) return 1;
   void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
   if (!lib) return -1;
+  // getInferLibMajorVersion from 10.x on; getInferLibVersion (major * 10000 + ...) in every 10.x
   auto major = reinterpret_cast<int32_t (*)()>(dlsym(lib, "getInferLibMajorVersion"));
-  const int layout = major ? (major() >= 11 ? 1 : 0) : -1;
+  auto version = reinterpret_cast<int32_t (*)()>(dlsym(lib, "getInferLibVersion"));
+  const int32_t line = major ? major() : version ? version() / 10000 : -1;
+  const int layout = line < 0 ? -1 : line >= 11 ? 1 : 0;
   dlclose(lib);
   return layout;
 }
@@ -86,6 +94,7 @@ int find_registry(dl_phdr_info* info, size_t, void* out) {
     auto* host = static_cast<HostRegistry*>(out);
     host->registry = get();
     host->versioned = layout_of(reinterpret_cast<void const*>(get)) == 1;
+    if (!host->versioned && !kLegacyLayoutKnown) host->registry = nullptr;
   }
   dlclose(lib);
   return get ? 1 : 0;
@@ -175,7 +184,7 @@ RSSM_TRT_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) {
     layout = host.versioned ? 1 : 0;
   }
   g_finder_versioned = layout == 1;
-  g_finder = finder;
+  g_finder = layout == 1 || kLegacyLayoutKnown ? finder : nullptr;
 }
 
 // The SM architectures the library holds kernels for (CMake's CUDA architectures, e.g. "89;90"): an engine for
