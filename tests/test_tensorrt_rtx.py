@@ -23,8 +23,9 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_RTX, reason="tensorrt_rtx is not installed (pip install tensorrt-rtx==1.7.1.116)"),
     pytest.mark.skipif(not LIBRARY.exists(), reason=f"{LIBRARY} is missing (build with RSSM_TENSORRT=1)"),
 ]
+PREFILL = {"mamba2": "ReplaySSMMamba2Prefill", "gdn": "ReplaySSMGdnPrefill", "conv1d": "ReplaySSMConv1dPrefill"}
 CREATORS = sorted([tp.MAMBA2_DECODE, tp.GDN_DECODE, tp.MAMBA2_VERIFY, tp.GDN_VERIFY, tp.SPEC_COMMIT,
-                   tp.SNAPSHOT_COMMIT, tp.CONV1D])
+                   tp.SNAPSHOT_COMMIT, tp.CONV1D, *PREFILL.values()])
 
 
 def rtx():
@@ -73,7 +74,7 @@ def test_plain_dlopen_registers_the_creators_and_load_library_does_not_duplicate
 
 
 # ---- engines from one-node ONNX graphs ----
-B, SLOTS, L, T = 3, 5, 8, 2
+B, SLOTS, L, T, S = 3, 5, 8, 2, 6  # S: prompt tokens of the prefill plugins
 M2 = Mamba2LayerShape(nheads=4, head_dim=64, dstate=64, ngroups=2)
 GDN = GdnLayerShape(num_k_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64)
 CFG = ReplayConfig(L, "fp32", "bf16")
@@ -87,7 +88,8 @@ def m2_tensors(tokens=()):
             "D": ([H], "fp32"), "dt_bias": ([H], "fp32"), "slot_idx": ([B], "int32"),
             "state": ([SLOTS, H, P, N], "fp32"), "ring_x": ([SLOTS, H, L, P], "bf16"),
             "ring_B": ([SLOTS, G, L, N], "bf16"), "ring_dt": ([SLOTS, H, R4], "fp32"),
-            "cursor": ([SLOTS, H, 8, 2], "int32"), "snapshots": ([SLOTS, T, H, P, N], "fp32")}
+            "cursor": ([SLOTS, H, 8, 2], "int32"), "snapshots": ([SLOTS, T, H, P, N], "fp32"),
+            "lengths": ([B], "int32")}
 
 
 def gdn_tensors(tokens=()):
@@ -96,12 +98,24 @@ def gdn_tensors(tokens=()):
             "g": ([B, *tokens, HV], "fp32"), "beta": ([B, *tokens, HV], "fp32"), "slot_idx": ([B], "int32"),
             "state": ([SLOTS, HV, V, K], "fp32"), "ring_u": ([SLOTS, HV, L, V], "bf16"),
             "ring_k": ([SLOTS, H, L, K], "bf16"), "ring_g": ([SLOTS, HV, R4], "fp32"),
-            "cursor": ([SLOTS, HV, 8, 2], "int32"), "snapshots": ([SLOTS, T, HV, V, K], "fp32")}
+            "cursor": ([SLOTS, HV, 8, 2], "int32"), "snapshots": ([SLOTS, T, HV, V, K], "fp32"),
+            "lengths": ([B], "int32")}
 
 
-def conv_tensors():
-    return {"x": ([B, 64], "bf16"), "weight": ([64, 4], "bf16"), "bias": ([64], "bf16"), "slot_idx": ([B], "int32"),
-            "state": ([SLOTS, 64, 3], "bf16")}
+def conv_tensors(tokens=()):
+    return {"x": ([B, *tokens, 64], "bf16"), "weight": ([64, 4], "bf16"), "bias": ([64], "bf16"),
+            "slot_idx": ([B], "int32"), "state": ([SLOTS, 64, 3], "bf16"), "lengths": ([B], "int32")}
+
+
+# The prefill plugins (plugins/tensorrt/prefill_plugins.cpp): fields and input order.
+M2_PREFILL_FIELDS = {k: v for k, v in tp.mamba2_decode_fields(M2, CFG).items()
+                     if k not in ("buffer_len", "latency_route_kib")}
+GDN_PREFILL_FIELDS = {k: v for k, v in tp.gdn_decode_fields(GDN, CFG).items()
+                      if k not in ("buffer_len", "latency_route_kib")}
+CONV_PREFILL_FIELDS = {k: v for k, v in tp.conv1d_fields(64).items() if k not in ("mode", "num_tokens")}
+PREFILL_INPUTS = {"mamba2": ["x", "dt", "B", "C", "z", "A", "D", "dt_bias", "lengths", "slot_idx", "state", "cursor"],
+                  "gdn": ["q", "k", "v", "g", "beta", "lengths", "slot_idx", "state", "cursor"],
+                  "conv1d": ["x", "weight", "bias", "lengths", "slot_idx", "state"]}
 
 
 # (plugin, fields, tensors by name, the input y copies or None)
@@ -118,11 +132,15 @@ CASES = {
     "snapshot_commit": (tp.SNAPSHOT_COMMIT, tp.snapshot_commit_fields(CFG, T),
                         {"accepted": ([B], "int32"), **m2_tensors()}, None),
     "conv1d": (tp.CONV1D, tp.conv1d_fields(64), conv_tensors(), "x"),
+    "mamba2_prefill": (PREFILL["mamba2"], M2_PREFILL_FIELDS, m2_tensors((S,)), "x"),
+    "gdn_prefill": (PREFILL["gdn"], GDN_PREFILL_FIELDS, gdn_tensors((S,)), "v"),
+    "conv1d_prefill": (PREFILL["conv1d"], CONV_PREFILL_FIELDS, conv_tensors((S,)), "x"),
 }
 INPUT_ORDER = {tp.MAMBA2_DECODE: tp.mamba2_decode_inputs, tp.GDN_DECODE: tp.gdn_decode_inputs,
                tp.MAMBA2_VERIFY: tp.mamba2_verify_inputs, tp.GDN_VERIFY: tp.gdn_verify_inputs,
                tp.SPEC_COMMIT: tp.spec_commit_inputs, tp.SNAPSHOT_COMMIT: tp.snapshot_commit_inputs,
-               tp.CONV1D: tp.conv1d_inputs}
+               tp.CONV1D: tp.conv1d_inputs,
+               **{plugin: (lambda fields, family=family: PREFILL_INPUTS[family]) for family, plugin in PREFILL.items()}}
 IN_PLACE = {"state", "ring_x", "ring_B", "ring_dt", "ring_u", "ring_k", "ring_g", "cursor", "snapshots", "windows"}
 
 

@@ -52,15 +52,19 @@ def load() -> ctypes.CDLL:
             fn.restype = ctypes.c_int
         lib.rssm_conv1d_validate.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.rssm_conv1d.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    # Speculative decoding (libraries built before these kernels lack them): each entry point comes with
+    # Speculative decoding and prefill (libraries built before these kernels lack them): each entry point comes with
     # <name>_params_size and <name>_validate.
-    for name in ("rssm_mamba2_verify", "rssm_spec_commit", "rssm_snapshot_commit", "rssm_gdn_verify"):
+    for name in ("rssm_mamba2_verify", "rssm_spec_commit", "rssm_snapshot_commit", "rssm_gdn_verify",
+                 "rssm_mamba2_prefill", "rssm_gdn_prefill", "rssm_conv1d_prefill"):
         if has_symbol(lib, name):
             getattr(lib, f"{name}_params_size").restype = ctypes.c_size_t
             for fn in (getattr(lib, f"{name}_validate"), getattr(lib, name)):
                 fn.restype = ctypes.c_int
             getattr(lib, f"{name}_validate").argtypes = [ctypes.c_void_p, ctypes.c_size_t]
             getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    if has_symbol(lib, "rssm_prefill_workspace_size"):
+        lib.rssm_prefill_workspace_size.restype = ctypes.c_size_t
+        lib.rssm_prefill_workspace_size.argtypes = [ctypes.c_int32, ctypes.c_int32]
     return lib
 
 

@@ -13,6 +13,7 @@
 #include "replayssm/common/spec_params.h"
 #include "replayssm/mamba2/spec_params.h"
 #include "replayssm/gdn/spec_params.h"
+#include "replayssm/common/prefill_params.h"
 
 #if defined(_WIN32)
 #define RSSM_API __declspec(dllexport)
@@ -77,6 +78,20 @@ RSSM_API rssm_status rssm_snapshot_commit(const rssm_snapshot_commit_params* par
 RSSM_API size_t rssm_gdn_verify_params_size(void);
 RSSM_API rssm_status rssm_gdn_verify_validate(const rssm_gdn_verify_params* params, size_t params_size);
 RSSM_API rssm_status rssm_gdn_verify(const rssm_gdn_verify_params* params, size_t params_size, void* stream);
+
+// Prefill (the context phase) of a prompt per row, each family through its conventional step token by token
+// (common/prefill_params.h has the contract), same manners. The caller provides the workspace: at least
+// rssm_prefill_workspace_size(batch, num_tokens) bytes (the per-token slot indices), on the device.
+RSSM_API size_t rssm_prefill_workspace_size(int32_t batch, int32_t num_tokens);
+RSSM_API size_t rssm_mamba2_prefill_params_size(void);
+RSSM_API rssm_status rssm_mamba2_prefill_validate(const rssm_mamba2_prefill_params* params, size_t params_size);
+RSSM_API rssm_status rssm_mamba2_prefill(const rssm_mamba2_prefill_params* params, size_t params_size, void* stream);
+RSSM_API size_t rssm_gdn_prefill_params_size(void);
+RSSM_API rssm_status rssm_gdn_prefill_validate(const rssm_gdn_prefill_params* params, size_t params_size);
+RSSM_API rssm_status rssm_gdn_prefill(const rssm_gdn_prefill_params* params, size_t params_size, void* stream);
+RSSM_API size_t rssm_conv1d_prefill_params_size(void);
+RSSM_API rssm_status rssm_conv1d_prefill_validate(const rssm_conv1d_prefill_params* params, size_t params_size);
+RSSM_API rssm_status rssm_conv1d_prefill(const rssm_conv1d_prefill_params* params, size_t params_size, void* stream);
 
 #ifdef __cplusplus
 }

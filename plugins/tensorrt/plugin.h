@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "NvInferRuntime.h"
@@ -195,6 +196,7 @@ struct Tensors {
   nvinfer1::PluginTensorDesc const* desc;
   void const* const* inputs;
   void* const* outputs;
+  void* workspace = nullptr;  // TensorRT's scratch for this enqueue: F::workspace_bytes of it (ops that declare one)
   void const* in(int role) const { return io.input[role] < 0 ? nullptr : inputs[io.input[role]]; }
   void* inout(int role) const {
     for (size_t k = 0; k < io.aliased.size(); ++k)
@@ -215,6 +217,13 @@ struct Tensors {
 //   static bool check_shapes(Config const&, IOTable const&, PluginTensorDesc const* in, std::string& error);
 //     (usually check_dims<F>; an op adds what a table cannot say)
 //   static rssm_status launch(Config const&, Tensors<kRoles> const&, cudaStream_t);  // fills params, calls the C ABI
+// and optionally, an op that needs scratch (the prefill plugins' per-token slot indices):
+//   static size_t workspace_bytes(Config const&, IOTable const&, DynamicPluginTensorDesc const* in);  // at in[].max
+template <typename F, typename = void>
+struct HasWorkspace : std::false_type {};
+template <typename F>
+struct HasWorkspace<F, std::void_t<decltype(&F::workspace_bytes)>> : std::true_type {};
+
 template <typename F>
 class Plugin final : public nvinfer1::IPluginV3,
                      public nvinfer1::IPluginV3OneCore,
@@ -298,9 +307,13 @@ class Plugin final : public nvinfer1::IPluginV3,
     return inOut[pos].desc.format == nvinfer1::TensorFormat::kLINEAR && inOut[pos].desc.type == expected_type(pos);
   }
   int32_t getNbOutputs() const noexcept override { return io_.nb_outputs(); }
-  // No kernel of the library needs scratch: everything it keeps between steps lives in the pool inputs.
-  size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const*, int32_t, nvinfer1::DynamicPluginTensorDesc const*,
-                          int32_t) const noexcept override {
+  // Decode kernels need no scratch (everything they keep between steps lives in the pool inputs); an op that
+  // declares workspace_bytes gets it sized at the profile's largest shapes.
+  size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+                          nvinfer1::DynamicPluginTensorDesc const*, int32_t) const noexcept override {
+    if constexpr (HasWorkspace<F>::value) {
+      if (inputs && nbInputs == io_.nb_inputs) return F::workspace_bytes(cfg_, io_, inputs);
+    }
     return 0;
   }
   int32_t getAliasedInput(int32_t outputIndex) noexcept override {
@@ -318,9 +331,10 @@ class Plugin final : public nvinfer1::IPluginV3,
     }
   }
   int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const*,
-                  void const* const* inputs, void* const* outputs, void*, cudaStream_t stream) noexcept override {
+                  void const* const* inputs, void* const* outputs, void* workspace,
+                  cudaStream_t stream) noexcept override {
     // The pool outputs alias their inputs (same buffers): the kernels write through the output pointers.
-    if (F::launch(cfg_, Tensors<F::kRoles>{io_, inputDesc, inputs, outputs}, stream) == RSSM_OK) return 0;
+    if (F::launch(cfg_, Tensors<F::kRoles>{io_, inputDesc, inputs, outputs, workspace}, stream) == RSSM_OK) return 0;
     report(nvinfer1::ErrorCode::kFAILED_EXECUTION, rssm_last_error());
     return -1;
   }

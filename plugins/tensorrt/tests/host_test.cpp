@@ -16,6 +16,7 @@
 #include "gdn_verify_plugin.h"
 #include "mamba2_decode_plugin.h"
 #include "mamba2_verify_plugin.h"
+#include "prefill_plugins.h"
 
 extern "C" nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators);
 
@@ -315,7 +316,7 @@ static int print_all_inputs() {
 
 int main(int argc, char** argv) {
   int32_t n = 0;
-  CHECK(getCreators(n) != nullptr && n == 7);
+  CHECK(getCreators(n) != nullptr && n == 10);
   if (argc > 1 && std::strcmp(argv[1], "--inputs") == 0) return print_all_inputs();
 
   // ---- decode
@@ -420,6 +421,28 @@ int main(int argc, char** argv) {
   CHECK(create<Conv1d>(conv1d.with("mode", 1).with("num_tokens", 17)) == nullptr);      // T outside 1..16
   CHECK(create<Conv1d>(conv1d.with("weight_dtype", RSSM_DTYPE_FP16)) == nullptr);       // fp32 or act only
   CHECK(create<Conv1d>(conv1d.with("mode", 3)) == nullptr);
+
+  // ---- prefill: [batch, S, ...] activations, lengths, slot_idx; y + the pool buffers in place; a workspace of
+  // the per-token slot indices at the profile's largest batch and S
+  Fields m_prefill{{{"nheads", 8}, {"head_dim", 64}, {"dstate", 128}, {"ngroups", 2}, {"state_dtype", RSSM_DTYPE_FP32},
+                    {"act_dtype", RSSM_DTYPE_BF16}}};
+  check_plugin<Mamba2Prefill>(m_prefill, 12, 3);  // x dt B C z A D dt_bias lengths slot_idx state cursor
+  check_plugin<Mamba2Prefill>(m_prefill.with("mode", 0).with("has_z", 0).with("has_D", 0), 9, 2);
+  CHECK(create<Mamba2Prefill>(m_prefill.with("head_dim", 96)) == nullptr);  // not in the dispatch table
+  Fields g_prefill{{{"num_k_heads", 2}, {"num_v_heads", 4}, {"head_k_dim", 128}, {"head_v_dim", 64},
+                    {"act_dtype", RSSM_DTYPE_BF16}}};
+  check_plugin<GdnPrefill>(g_prefill, 9, 3);  // q k v g beta lengths slot_idx state cursor
+  check_plugin<GdnPrefill>(g_prefill.with("mode", 0), 8, 2);
+  CHECK(create<GdnPrefill>(g_prefill.with("num_v_heads", 3)) == nullptr);
+  check_plugin<Conv1dPrefill>(Fields{{{"channels", 96}, {"act_dtype", RSSM_DTYPE_BF16}}}, 6, 2);
+  CHECK(create<Conv1dPrefill>(Fields{{{"channels", 96}, {"kernel_size", 5}}}) == nullptr);
+  if (auto p = create<Mamba2Prefill>(m_prefill)) {
+    std::vector<DynamicPluginTensorDesc> in(p->io().nb_inputs);
+    in[p->io().input[Mamba2Prefill::X]].max = Dims{4, {6, 100, 8, 64}};
+    CHECK(p->getWorkspaceSize(in.data(), p->io().nb_inputs, nullptr, 3) == 6 * 100 * 4);
+    CHECK(p->getAliasedInput(2) == p->io().input[Mamba2Prefill::CURSOR]);
+    CHECK(Mamba2Prefill::dims(Mamba2Prefill::B, p->config()).d[1] == kFree0);  // S shared by every activation
+  }
 
   std::printf("%s (%d failed checks)\n", g_failures ? "FAILED" : "OK", g_failures);
   return g_failures ? 1 : 0;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Kernel hygiene on a CUDA device: compute-sanitizer memcheck and racecheck over every kernel family and every
+# TensorRT plugin's enqueue (through the GPU tests that drive them), and run-to-run bitwise determinism of decode,
+# verify and flush. Writes OUT_DIR/kernel_hygiene.md (the summary) and the sanitizer logs.
+#
+#   bash benchmarks/kernel_hygiene.sh OUT_DIR      # repo root, package installed with its kernel library
+#
+# The GPU tests of each kernel family run under the sanitizer, dealt by test (RSSM_TEST_SHARD, tests/conftest.py):
+# every test file (family) contributes its share, so every family and plugin is exercised without the whole
+# suite's hour under the tools. PyTorch's caching allocator is off, so every tensor is its own allocation and an
+# access past its end is seen. The plugin driver (a subprocess) is followed (--target-processes all).
+set -uo pipefail
+out=${1:?output folder}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 OMP_NUM_THREADS=2
+files=$(ls tests/test_*kernels*.py tests/test_tensorrt_plugin_gpu.py tests/test_prefill*.py 2>/dev/null | tr '\n' ' ')
+run_tool() {  # tool shard-spec
+  local tool=$1 shard=$2
+  RSSM_TEST_SHARD=$shard compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 86 \
+    --print-limit 20 python3 -m pytest -q -p no:cacheprovider -m gpu $files > "$out/sanitize_$tool.log" 2>&1
+  echo $? > "$out/sanitize_$tool.rc"
+}
+run_tool memcheck 0/4 &
+run_tool racecheck 1/8 &
+wait
+python3 benchmarks/determinism.py --out "$out/determinism.md" > "$out/determinism.log" 2>&1
+det=$?
+summary() {  # tool
+  local log=$out/sanitize_$1.log rc
+  rc=$(cat "$out/sanitize_$1.rc")
+  local errors tests
+  errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | awk '{s += $3} END {print s + 0}')
+  tests=$(grep -E "[0-9]+ passed" "$log" | tail -1)
+  echo "| $1 | ${tests:-no test summary} | $errors | $rc |"
+}
+{
+  echo "# Kernel hygiene (compute-sanitizer, determinism)"
+  echo
+  echo "Produced by \`bash benchmarks/kernel_hygiene.sh OUT\` on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)."
+  echo "Test files under the tools: $files"
+  echo
+  echo "| tool | tests (pytest summary) | errors reported | exit code |"
+  echo "|---|---|---|---|"
+  summary memcheck
+  summary racecheck
+  echo
+  echo "Determinism (benchmarks/determinism.py, exit code $det):"
+  echo
+  cat "$out/determinism.md" 2>/dev/null || tail -5 "$out/determinism.log"
+} > "$out/kernel_hygiene.md"
+cat "$out/kernel_hygiene.md"
