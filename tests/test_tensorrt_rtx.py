@@ -245,3 +245,44 @@ def test_add_plugin_names_the_onnx_route_under_tensorrt_rtx():
 
 if __name__ == "__main__":
     build_here(json.loads(sys.argv[1]))
+
+
+def test_tensorrt_module_falls_back_to_tensorrt_rtx(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # `import tensorrt` raises ImportError
+    assert tp.tensorrt_module().__name__ == "tensorrt_rtx"
+
+
+FIELDS_SCRIPT = """
+import json, sys
+from trtllm_replayssm import trt_plugins as tp
+from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
+trt = tp.tensorrt_module()
+messages = []
+class Logger(trt.ILogger):
+    def log(self, severity, msg):
+        messages.append(msg)
+logger = Logger()
+builder = trt.Builder(logger)
+registry = builder.get_plugin_registry()
+registry.load_library(str(tp.library_path()))
+fields = tp.mamba2_decode_fields(Mamba2LayerShape(4, 64, 64, 2), ReplayConfig(8, "fp32", "bf16"))
+tp.create_plugin(tp.MAMBA2_DECODE, fields, registry)  # accepted: every field arrived as given
+refused = None
+try:
+    tp.create_plugin(tp.MAMBA2_DECODE, dict(fields, buffer_len=int(sys.argv[1])), registry)
+except RuntimeError as e:
+    refused = str(e)
+print(json.dumps({"refused": refused, "messages": messages}))
+"""
+
+
+def test_create_plugin_hands_the_fields_to_the_library_intact():
+    """The library reads the fields during create_plugin: a value it refuses comes back in its message, as given
+    (buffers freed before that point would arrive as other values)."""
+    run = subprocess.run([sys.executable, "-c", FIELDS_SCRIPT, "977"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["refused"] and "the library refused the fields" in result["refused"]
+    # through TensorRT-RTX's logger (its logger finder has the TensorRT 11 layout), not stderr
+    assert f"{tp.MAMBA2_DECODE}: field 'buffer_len'=977 is outside 1..64" in result["messages"]
+    assert "977" not in run.stderr

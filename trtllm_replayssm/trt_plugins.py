@@ -109,7 +109,8 @@ def library_path() -> Path:
     """libreplayssm_trt.so (built when RSSM_TENSORRT_INCLUDE_DIR was set at install)."""
     path = native_dir() / "libreplayssm_trt.so"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: reinstall with RSSM_TENSORRT_INCLUDE_DIR=<TensorRT include/>")
+        raise FileNotFoundError(f"{path} is missing: reinstall with RSSM_TENSORRT=1 (or "
+                                "RSSM_TENSORRT_INCLUDE_DIR=<TensorRT include/>)")
     return path
 
 
@@ -283,6 +284,24 @@ def enable_aliased_io(builder_config, trt=None) -> None:
     builder_config.set_preview_feature(trt.PreviewFeature.ALIASED_PLUGIN_IO_10_03, True)
 
 
+def create_plugin(plugin_name: str, fields: dict, registry=None, trt=None, name: str | None = None):
+    """Plugin `plugin_name` created from `fields` (int32 scalars) in the build phase, by the creator in `registry`
+    (the global registry by default); a refusal raises, the library's message going to TensorRT's logger."""
+    trt = tensorrt_module(trt)
+    registry = registry if registry is not None else trt.get_plugin_registry()
+    creator = registry.get_creator(plugin_name, PLUGIN_VERSION, PLUGIN_NAMESPACE)
+    if creator is None:
+        raise RuntimeError(f"{plugin_name} is not registered: call load_plugins() first")
+    # PluginField keeps a raw pointer to its array: the arrays must outlive create_plugin, which reads them.
+    arrays = {k: np.array([v], dtype=np.int32) for k, v in fields.items()}
+    fc = trt.PluginFieldCollection([trt.PluginField(k, a, trt.PluginFieldType.INT32) for k, a in arrays.items()])
+    plugin = creator.create_plugin(name or plugin_name, fc, trt.TensorRTPhase.BUILD)
+    del fc, arrays
+    if plugin is None:
+        raise RuntimeError(f"{plugin_name}: the library refused the fields {fields} (see the TensorRT log)")
+    return plugin
+
+
 def add_plugin(network, plugin_name: str, fields: dict, inputs: dict, input_order: list[str], registry=None,
                trt=None, layer_name: str | None = None):
     """Creates plugin `plugin_name` from `fields` and adds it with `inputs` (by name, in the plugin's order).
@@ -296,17 +315,7 @@ def add_plugin(network, plugin_name: str, fields: dict, inputs: dict, input_orde
     extra = sorted(set(inputs) - set(input_order))
     if missing or extra:
         raise ValueError(f"{plugin_name}: inputs missing {missing}, unexpected {extra} (expected {input_order})")
-    registry = registry if registry is not None else trt.get_plugin_registry()
-    creator = registry.get_creator(plugin_name, PLUGIN_VERSION, PLUGIN_NAMESPACE)
-    if creator is None:
-        raise RuntimeError(f"{plugin_name} is not registered: call load_plugins() first")
-    # PluginField keeps a raw pointer to its array: the arrays must outlive create_plugin, which reads them.
-    arrays = {k: np.array([v], dtype=np.int32) for k, v in fields.items()}
-    fc = trt.PluginFieldCollection([trt.PluginField(k, a, trt.PluginFieldType.INT32) for k, a in arrays.items()])
-    plugin = creator.create_plugin(layer_name or plugin_name, fc, trt.TensorRTPhase.BUILD)
-    del fc, arrays
-    if plugin is None:
-        raise RuntimeError(f"{plugin_name}: the library refused the fields {fields} (see the TensorRT log)")
+    plugin = create_plugin(plugin_name, fields, registry, trt, layer_name)
     layer = network.add_plugin_v3([inputs[n] for n in input_order], [], plugin)
     if layer_name:
         layer.name = layer_name
