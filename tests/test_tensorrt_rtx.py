@@ -165,7 +165,9 @@ def one_node_model(plugin, fields, tensors, y_like, omit=()):
 def build(case, omit=(), wrong_input=None):
     """Builds CASES[case] (less the fields in `omit`, input `wrong_input` = (name, shape) changed) for SM89 in a
     child process (the parser dlopens libtensorrt_rtx.so, found through the LD_LIBRARY_PATH a process starts with):
-    (engine bytes or 0, whether the engine names the plugin, the error messages of the logger and the parser)."""
+    (engine bytes or 0, whether the engine names the plugin, the error messages of the logger and the parser).
+    The engine holds no kernels: the library must have SM89's (built with RSSM_CUDA_ARCHS including 89)."""
+    tp.check_targets([89])
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(tp.prepare_tensorrt_rtx()),
                                                            env.get("LD_LIBRARY_PATH")]))
