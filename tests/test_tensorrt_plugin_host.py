@@ -47,3 +47,14 @@ def test_python_input_order_matches_the_plugins():
         "conv1d commit": trt_plugins.conv1d_inputs(trt_plugins.conv1d_fields(64, mode="commit", num_tokens=4)),
     }
     assert {k: v.split() for k, v in printed.items()} == expected
+
+
+def test_library_records_its_cuda_archs_and_refuses_other_targets():
+    """The build writes CMake's CUDA architectures into the library (rssm_trt_cuda_archs); a target outside them is
+    refused, naming the build option that adds it."""
+    archs = trt_plugins.library_cuda_archs()
+    assert archs and all(isinstance(a, int) and 50 <= a < 1000 for a in archs)
+    trt_plugins.check_targets(archs)
+    other = next(a for a in (120, 121, 100, 89, 80) if a not in archs)
+    with pytest.raises(ValueError, match=rf"not SM \[{other}\]: rebuild it with RSSM_CUDA_ARCHS=\".*{other}"):
+        trt_plugins.check_targets([archs[0], other])

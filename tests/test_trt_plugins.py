@@ -58,7 +58,9 @@ class FakeTrt(types.SimpleNamespace):
 
 def test_missing_tensorrt_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # `import tensorrt` raises ImportError
-    with pytest.raises(ImportError, match="need the `tensorrt` Python package"):
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", None)
+    with pytest.raises(ImportError, match="need the `tensorrt` Python package .* or TensorRT-RTX "
+                                          r"\(`pip install tensorrt-rtx==1.7.1.116`\)"):
         trt_plugins.enable_aliased_io(object())
 
 

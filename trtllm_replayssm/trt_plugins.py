@@ -1,6 +1,8 @@
 """TensorRT side of the plugins in libreplayssm_trt.so: load them into a plugin registry and add their layers to
-a network. `tensorrt` is imported lazily (it is an optional dependency): every function takes it as `trt=None`
-and imports it on first use, with a clear error when it is absent.
+a network. The TensorRT module is imported lazily (an optional dependency): every function takes it as
+`trt=None` and then uses `tensorrt_module()`: `tensorrt` (TensorRT 10.x / 11.x) when importable, else
+`tensorrt_rtx` (TensorRT-RTX, whose network API has no plugin layer: ONNX custom nodes are its route, see
+`onnx_plugin_node`), with a clear error naming what to install when neither is.
 
     import tensorrt as trt
     builder = trt.Builder(logger)
@@ -20,8 +22,12 @@ test checks it against the compiled library. docs/tensorrt_plugins.md has the I/
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import importlib
+import importlib.util
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -41,15 +47,54 @@ CONV1D = "ReplaySSMConv1d"
 CONV1D_MODES = {"update": 0, "verify": 1, "commit": 2}  # rssm_conv1d_mode
 
 
-def _trt(trt):
+TENSORRT_MODULES = ("tensorrt", "tensorrt_rtx")  # in the order tensorrt_module() tries them
+
+
+def tensorrt_module(trt=None):
+    """The TensorRT module every function here uses: `trt` when given, else the first of TENSORRT_MODULES that
+    imports (TensorRT-RTX prepared by `prepare_tensorrt_rtx`)."""
     if trt is not None:
         return trt
-    try:
-        import tensorrt
-    except ImportError as e:
-        raise ImportError("the TensorRT plugins need the `tensorrt` Python package (not installed here); "
-                          "the kernels are usable without it through trtllm_replayssm.ops") from e
-    return tensorrt
+    for name in TENSORRT_MODULES:
+        try:
+            if name == "tensorrt_rtx":
+                prepare_tensorrt_rtx()
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("the TensorRT plugins need the `tensorrt` Python package (TensorRT 10.x / 11.x) or "
+                      "TensorRT-RTX (`pip install tensorrt-rtx==1.7.1.116`), neither is importable; the kernels are "
+                      "usable without them through trtllm_replayssm.ops")
+
+
+def is_tensorrt_rtx(trt) -> bool:
+    return getattr(trt, "__name__", "").startswith("tensorrt_rtx")
+
+
+def prepare_tensorrt_rtx(cache_dir: Path | None = None) -> Path | None:
+    """TensorRT-RTX's ONNX parser dlopens the unversioned libtensorrt_rtx.so, which its wheel does not ship: links it
+    to the .so.1 in `cache_dir` (default ~/.cache/trtllm_replayssm/tensorrt_rtx) and puts that folder on
+    LD_LIBRARY_PATH. The dynamic loader reads LD_LIBRARY_PATH when a process starts: the parser finds the link in
+    child processes started after this call (or any process started with that folder on it), not in this one.
+    Returns the folder (None when TensorRT-RTX is not installed)."""
+    spec = importlib.util.find_spec("tensorrt_rtx_libs")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(list(spec.submodule_search_locations)[0]) / "libtensorrt_rtx.so.1"
+    if not lib.exists():
+        return None
+    folder = Path(cache_dir or Path.home() / ".cache" / "trtllm_replayssm" / "tensorrt_rtx")
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "libtensorrt_rtx.so"
+    if not link.exists() or link.resolve() != lib.resolve():
+        tmp = folder / f".libtensorrt_rtx.so.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(lib)
+        tmp.replace(link)  # atomic: concurrent processes never see a missing link
+    paths = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    if str(folder) not in paths:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([str(folder), *paths])
+    return folder
 
 
 def native_dir() -> Path:
@@ -64,13 +109,46 @@ def library_path() -> Path:
     """libreplayssm_trt.so (built when RSSM_TENSORRT_INCLUDE_DIR was set at install)."""
     path = native_dir() / "libreplayssm_trt.so"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: reinstall with RSSM_TENSORRT_INCLUDE_DIR=<TensorRT include/>")
+        raise FileNotFoundError(f"{path} is missing: reinstall with RSSM_TENSORRT=1 (or "
+                                "RSSM_TENSORRT_INCLUDE_DIR=<TensorRT include/>)")
     return path
+
+
+def library_cuda_archs(path: Path | str | None = None) -> list[int]:
+    """The SM architectures the plugin library holds kernels for (its rssm_trt_cuda_archs(), set by the build's
+    RSSM_CUDA_ARCHS), e.g. [89, 90]; reads the library without a GPU."""
+    lib = ctypes.CDLL(str(path or library_path()))
+    query = lib.rssm_trt_cuda_archs
+    query.restype = ctypes.c_char_p
+    return sorted({int(m.group()) for arch in query().decode().split(",") if (m := re.match(r"\d+", arch.strip()))})
+
+
+def check_targets(targets, path: Path | str | None = None) -> None:
+    """Refuses SM targets (e.g. [89, 90]) the plugin library has no kernels for: an engine for one would build but
+    fail at its first launch."""
+    held = library_cuda_archs(path)
+    missing = [int(t) for t in targets if int(t) not in held]
+    if missing:
+        wanted = ";".join(str(a) for a in sorted(set(held) | set(missing)))
+        raise ValueError(f"the plugin library {path or library_path()} holds kernels for SM {held}, not SM {missing}: "
+                         f"rebuild it with RSSM_CUDA_ARCHS=\"{wanted}\"")
+
+
+def onnx_plugin_node(plugin_name: str, fields: dict, inputs: list[str], outputs: list[str], name: str | None = None):
+    """The ONNX node the TensorRT ONNX parser turns into plugin `plugin_name` (the route of TensorRT-RTX, whose
+    network API has no plugin layer): op type = plugin name, the fields as int attributes, plus plugin_version
+    and plugin_namespace. `inputs` in the plugin's order (`*_inputs(fields)`); `outputs`: y (when the plugin has
+    one), then one name per in-place buffer."""
+    from onnx import helper
+
+    return helper.make_node(plugin_name, list(inputs), list(outputs), name=name or plugin_name,
+                            plugin_version=PLUGIN_VERSION, plugin_namespace=PLUGIN_NAMESPACE,
+                            **{k: int(v) for k, v in fields.items()})
 
 
 def load_plugins(registry=None, trt=None):
     """Loads the plugin library into `registry` (the global plugin registry by default); returns its handle."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     registry = registry if registry is not None else trt.get_plugin_registry()
     return registry.load_library(str(library_path()))
 
@@ -194,7 +272,7 @@ def _check_mode(mode, modes=("replay", "conventional")):
 # ---- network building ----
 def create_network(builder, trt=None):
     """A network for the plugins: strongly typed (the default and only kind in TensorRT 11; a flag before)."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
     major = int(str(getattr(trt, "__version__", "11")).split(".")[0])
     return builder.create_network(1 << int(flag) if flag is not None and major < 11 else 0)
@@ -202,28 +280,42 @@ def create_network(builder, trt=None):
 
 def enable_aliased_io(builder_config, trt=None) -> None:
     """Turns on the preview feature that lets the plugins update the pool buffers in place."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
     builder_config.set_preview_feature(trt.PreviewFeature.ALIASED_PLUGIN_IO_10_03, True)
+
+
+def create_plugin(plugin_name: str, fields: dict, registry=None, trt=None, name: str | None = None):
+    """Plugin `plugin_name` created from `fields` (int32 scalars) in the build phase, by the creator in `registry`
+    (the global registry by default); a refusal raises, the library's message going to TensorRT's logger."""
+    trt = tensorrt_module(trt)
+    registry = registry if registry is not None else trt.get_plugin_registry()
+    creator = registry.get_creator(plugin_name, PLUGIN_VERSION, PLUGIN_NAMESPACE)
+    if creator is None:
+        raise RuntimeError(f"{plugin_name} is not registered: call load_plugins() first")
+    # PluginField keeps a raw pointer to its array: the arrays must outlive create_plugin, which reads them.
+    arrays = {k: np.array([v], dtype=np.int32) for k, v in fields.items()}
+    fc = trt.PluginFieldCollection([trt.PluginField(k, a, trt.PluginFieldType.INT32) for k, a in arrays.items()])
+    plugin = creator.create_plugin(name or plugin_name, fc, trt.TensorRTPhase.BUILD)
+    del fc, arrays
+    if plugin is None:
+        raise RuntimeError(f"{plugin_name}: the library refused the fields {fields} (see the TensorRT log)")
+    return plugin
 
 
 def add_plugin(network, plugin_name: str, fields: dict, inputs: dict, input_order: list[str], registry=None,
                trt=None, layer_name: str | None = None):
     """Creates plugin `plugin_name` from `fields` and adds it with `inputs` (by name, in the plugin's order).
     Returns the layer's outputs: y, then the pool buffers updated in place (aliased to their inputs)."""
-    trt = _trt(trt)
+    trt = tensorrt_module(trt)
+    if not hasattr(network, "add_plugin_v3"):
+        raise RuntimeError(f"{plugin_name}: this network API ({getattr(trt, '__name__', 'TensorRT')}) has no plugin "
+                           "layer (TensorRT-RTX): export an ONNX graph with the plugins as custom nodes "
+                           "(trt_plugins.onnx_plugin_node) and build it with the ONNX parser")
     missing = [n for n in input_order if n not in inputs]
     extra = sorted(set(inputs) - set(input_order))
     if missing or extra:
         raise ValueError(f"{plugin_name}: inputs missing {missing}, unexpected {extra} (expected {input_order})")
-    registry = registry if registry is not None else trt.get_plugin_registry()
-    creator = registry.get_creator(plugin_name, PLUGIN_VERSION, PLUGIN_NAMESPACE)
-    if creator is None:
-        raise RuntimeError(f"{plugin_name} is not registered: call load_plugins() first")
-    fc = trt.PluginFieldCollection([trt.PluginField(k, np.array([v], dtype=np.int32), trt.PluginFieldType.INT32)
-                                    for k, v in fields.items()])
-    plugin = creator.create_plugin(layer_name or plugin_name, fc, trt.TensorRTPhase.BUILD)
-    if plugin is None:
-        raise RuntimeError(f"{plugin_name}: the library refused the fields {fields} (see the TensorRT log)")
+    plugin = create_plugin(plugin_name, fields, registry, trt, layer_name)
     layer = network.add_plugin_v3([inputs[n] for n in input_order], [], plugin)
     if layer_name:
         layer.name = layer_name

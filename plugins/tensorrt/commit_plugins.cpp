@@ -112,7 +112,9 @@ bool SnapshotCommit::check_shapes(SnapshotCommitConfig const& cfg, IOTable<kRole
                                   nvinfer1::PluginTensorDesc const* in, std::string& error) {
   if (!check_dims<SnapshotCommit>(cfg, io, in, error)) return false;
   // The copy moves 16-byte chunks: one slot of the state must be a whole number of them.
-  const int64_t bytes = slot_bytes(cfg, in[io.input[STATE]].dims);
+  nvinfer1::Dims const& state = in[io.input[STATE]].dims;
+  if (state.d[1] < 0 || state.d[2] < 0 || state.d[3] < 0) return true;  // not known yet (check_dims)
+  const int64_t bytes = slot_bytes(cfg, state);
   if (bytes <= 0 || bytes % 16) {
     error = "one slot of the state holds " + std::to_string(bytes) + " bytes, not a positive multiple of 16";
     return false;

@@ -1,7 +1,5 @@
-// The plugin library's entry points: getCreators and setLoggerFinder, as IPluginRegistry::loadLibrary and
-// `trtexec --dynamicPlugins` expect them. The library does not link libnvinfer.
-#include <cstdio>
-
+// The plugin library's creators: getCreators, as IPluginRegistry::loadLibrary and `trtexec --dynamicPlugins` expect
+// it (setLoggerFinder and the registration on load: host.cpp). The library does not link libnvinfer.
 #include "commit_plugins.h"
 #include "conv1d_plugin.h"
 #include "gdn_decode_plugin.h"
@@ -12,27 +10,9 @@
 
 #define RSSM_TRT_EXPORT extern "C" __attribute__((visibility("default")))
 
-namespace replayssm {
-namespace trt {
-
-static nvinfer1::ILoggerFinder* g_logger_finder = nullptr;
-
-void log_error(std::string const& message) noexcept {
-  nvinfer1::ILogger* logger = g_logger_finder ? g_logger_finder->findLogger() : nullptr;
-  if (logger) {
-    logger->log(nvinfer1::ILogger::Severity::kERROR, message.c_str());
-  } else {
-    std::fprintf(stderr, "[trtllm_replayssm] %s\n", message.c_str());
-  }
-}
-
-}  // namespace trt
-}  // namespace replayssm
-
-RSSM_TRT_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) { replayssm::trt::g_logger_finder = finder; }
-
 RSSM_TRT_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) {
   using namespace replayssm::trt;
+  on_get_creators();
   static Mamba2DecodeCreator mamba2_decode;
   static GdnDecodeCreator gdn_decode;
   static Mamba2VerifyCreator mamba2_verify;

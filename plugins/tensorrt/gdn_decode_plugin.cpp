@@ -19,7 +19,7 @@ std::array<FieldSpec<Cfg>, 10> const GdnDecode::kFields = {{
     {"state_dtype", &Cfg::state_dtype, false, RSSM_DTYPE_FP32, RSSM_DTYPE_BF16},
     {"act_dtype", &Cfg::act_dtype, false, RSSM_DTYPE_FP32, RSSM_DTYPE_BF16},
     {"pad_slot_id", &Cfg::pad_slot_id, false, INT32_MIN, INT32_MAX},
-    {"latency_route_kib", &Cfg::latency_route_kib, false, 0, INT32_MAX},
+    {"latency_route_kib", &Cfg::latency_route_kib, false, kLatencyRouteDefault, INT32_MAX},
 }};
 
 IOTable<GdnDecode::kRoles> GdnDecode::make_io(Cfg const& cfg) {
@@ -76,7 +76,7 @@ static void fill_config(Cfg const& cfg, rssm_gdn_decode_params& p) {
   p.g_batch_stride = p.beta_batch_stride = cfg.num_v_heads;
 }
 
-bool GdnDecode::validate(Cfg const& cfg, std::string& error) {
+static bool check_config(Cfg const& cfg, std::string& error) {
   // The C ABI's validation is the one table of supported values; stand-in addresses are enough.
   rssm_gdn_decode_params p{};
   void* const fake = validation_address();
@@ -92,6 +92,10 @@ bool GdnDecode::validate(Cfg const& cfg, std::string& error) {
     return false;
   }
   return true;
+}
+
+bool GdnDecode::validate(Cfg& cfg, std::string& error) {
+  return resolve_latency_route(cfg, check_config, error);
 }
 
 rssm_status GdnDecode::launch(Cfg const& cfg, Tensors<kRoles> const& t, cudaStream_t stream) {

@@ -13,7 +13,9 @@ struct GdnDecodeConfig {
   int32_t mode = RSSM_GDN_REPLAY;
   int32_t state_dtype = RSSM_DTYPE_FP32, act_dtype = RSSM_DTYPE_BF16;
   int32_t pad_slot_id = -1;
-  int32_t latency_route_kib = 0;  // replay: the latency route's limit in KiB (params.h latency_route_bytes); 0 off
+  // replay: the latency route's limit in KiB (params.h latency_route_bytes); 0 off; -1 the default
+  // (plugin.h resolve_latency_route)
+  int32_t latency_route_kib = kLatencyRouteDefault;
 };
 
 struct GdnDecode {
@@ -28,7 +30,7 @@ struct GdnDecode {
   static IOTable<kRoles> make_io(Config const& cfg);
   static nvinfer1::DataType role_type(int role, Config const& cfg);
   static Shape dims(int role, Config const& cfg);
-  static bool validate(Config const& cfg, std::string& error);
+  static bool validate(Config& cfg, std::string& error);
   static bool check_shapes(Config const& cfg, IOTable<kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
                            std::string& error) {
     return check_dims<GdnDecode>(cfg, io, in, error);

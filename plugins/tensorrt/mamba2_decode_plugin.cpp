@@ -23,7 +23,7 @@ std::array<FieldSpec<Cfg>, 14> const Mamba2Decode::kFields = {{
     {"has_dt_bias", &Cfg::has_dt_bias, false, 0, 1},
     {"dt_softplus", &Cfg::dt_softplus, false, 0, 1},
     {"pad_slot_id", &Cfg::pad_slot_id, false, INT32_MIN, INT32_MAX},
-    {"latency_route_kib", &Cfg::latency_route_kib, false, 0, INT32_MAX},
+    {"latency_route_kib", &Cfg::latency_route_kib, false, kLatencyRouteDefault, INT32_MAX},
 }};
 
 IOTable<Mamba2Decode::kRoles> Mamba2Decode::make_io(Cfg const& cfg) {
@@ -87,7 +87,7 @@ static void fill_config(Cfg const& cfg, rssm_mamba2_decode_params& p) {
   p.B_batch_stride = p.C_batch_stride = gn, p.B_group_stride = p.C_group_stride = cfg.dstate;
 }
 
-bool Mamba2Decode::validate(Cfg const& cfg, std::string& error) {
+static bool check_config(Cfg const& cfg, std::string& error) {
   // The C ABI's validation is the one table of supported values; it reads no memory, so stand-in addresses
   // are enough to check sizes and dtypes.
   rssm_mamba2_decode_params p{};
@@ -104,6 +104,10 @@ bool Mamba2Decode::validate(Cfg const& cfg, std::string& error) {
     return false;
   }
   return true;
+}
+
+bool Mamba2Decode::validate(Cfg& cfg, std::string& error) {
+  return resolve_latency_route(cfg, check_config, error);
 }
 
 rssm_status Mamba2Decode::launch(Cfg const& cfg, Tensors<kRoles> const& t, cudaStream_t stream) {

@@ -20,8 +20,11 @@ namespace trt {
 
 constexpr char const* kPluginNamespace = "trtllm_replayssm";
 
-// Reports an error through the logger that TensorRT handed to setLoggerFinder (stderr when none).
+// Reports an error through the logger that TensorRT handed to setLoggerFinder (stderr when none); host.cpp.
 void log_error(std::string const& message) noexcept;
+// Called by getCreators: the host registers the creators itself, so the registrations made when the library was
+// loaded are withdrawn (host.cpp).
+void on_get_creators() noexcept;
 
 // One int32 plugin field: name, member, required flag, inclusive range. The ranges only bound what a field can
 // hold; the supported values are the C ABI's (every op's validate asks its *_validate entry point).
@@ -48,6 +51,20 @@ inline int64_t fp32_ring_len(int32_t buffer_len) { return (int64_t{buffer_len} +
 
 // A stand-in device address for the *_validate entry points, which read no memory (16-byte aligned).
 inline void* validation_address() { return reinterpret_cast<void*>(uintptr_t{1} << 20); }
+
+// The decode plugins' field latency_route_kib: -1 (its default) takes the kernels' default, 32 MiB where the layer
+// can take the latency route (replay, fp32 checkpoint, a head shape whose tiles own the cursor replicas) and 0
+// (off) elsewhere, as the Python ops do (pool.latency_route_limit). `check` is the op's check against the C ABI.
+constexpr int32_t kLatencyRouteDefault = -1, kLatencyRouteDefaultKib = 32 * 1024;
+template <typename Config, typename Check>
+bool resolve_latency_route(Config& cfg, Check check, std::string& error) {
+  if (cfg.latency_route_kib != kLatencyRouteDefault) return check(cfg, error);
+  cfg.latency_route_kib = kLatencyRouteDefaultKib;
+  std::string refused;
+  if (check(cfg, refused)) return true;
+  cfg.latency_route_kib = 0;
+  return check(cfg, error);
+}
 
 // Parses a field collection into `cfg` (absent fields keep their defaults); on failure returns false and sets
 // `error` to a message naming the field.
@@ -125,7 +142,8 @@ struct Shape {
 };
 
 // Checks every input's dimensions against F::dims(role, cfg); on a mismatch names the tensor, its dims and the
-// expected ones (symbols shown with the value an earlier input gave them).
+// expected ones (symbols shown with the value an earlier input gave them). A negative dimension is one the build
+// does not know yet (a dynamic size before the profile is chosen): it matches anything and binds no symbol.
 template <typename F>
 bool check_dims(typename F::Config const& cfg, IOTable<F::kRoles> const& io, nvinfer1::PluginTensorDesc const* in,
                 std::string& error) {
@@ -140,12 +158,14 @@ bool check_dims(typename F::Config const& cfg, IOTable<F::kRoles> const& io, nvi
     std::array<int64_t, kNbSymbols> before = value;
     for (int32_t i = 0; ok && i < want.rank; ++i) {
       const int64_t w = want.d[i];
-      if (w >= 0) {
+      if (got.d[i] < 0) {
+        continue;
+      } else if (w >= 0) {
         ok = got.d[i] == w;
       } else {
         int64_t& v = value[-1 - w];
         if (v < 0) v = got.d[i];
-        ok = got.d[i] >= 0 && got.d[i] == v;
+        ok = got.d[i] == v;
       }
     }
     if (!ok) {
@@ -193,7 +213,7 @@ struct Tensors {
 //   static IOTable<kRoles> make_io(Config const&);                 // inputs in order, in-place roles, y_like
 //   static nvinfer1::DataType role_type(int role, Config const&);
 //   static Shape dims(int role, Config const&);
-//   static bool validate(Config const&, std::string& error);       // against the C ABI's dispatch table
+//   static bool validate(Config&, std::string& error);   // against the C ABI's dispatch table; may resolve defaults
 //   static bool check_shapes(Config const&, IOTable const&, PluginTensorDesc const* in, std::string& error);
 //     (usually check_dims<F>; an op adds what a table cannot say)
 //   static rssm_status launch(Config const&, Tensors<kRoles> const&, cudaStream_t);  // fills params, calls the C ABI
@@ -247,9 +267,24 @@ class Plugin final : public nvinfer1::IPluginV3,
   char const* getPluginVersion() const noexcept override { return F::kVersion; }
   char const* getPluginNamespace() const noexcept override { return kPluginNamespace; }
   // IPluginV3OneBuild(V2)
-  int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const*, int32_t nbInputs,
+  // The builder never calls onShapeChange: the shapes are checked here, on the dims the build knows and on the
+  // profile's bounds, so that a wrong shape fails the build rather than the first execution.
+  int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
                           nvinfer1::DynamicPluginTensorDesc const*, int32_t nbOutputs) noexcept override {
-    return counts_match(nbInputs, nbOutputs) ? 0 : -1;
+    if (!counts_match(nbInputs, nbOutputs)) return -1;
+    try {
+      std::vector<nvinfer1::PluginTensorDesc> desc(nbInputs), lo(nbInputs), hi(nbInputs);
+      for (int32_t i = 0; i < nbInputs; ++i) {
+        desc[i] = lo[i] = hi[i] = in[i].desc;
+        lo[i].dims = in[i].min, hi[i].dims = in[i].max;
+      }
+      return shapes_ok(desc.data(), "") && shapes_ok(lo.data(), " (profile minimum)") &&
+                     shapes_ok(hi.data(), " (profile maximum)")
+                 ? 0
+                 : -1;
+    } catch (...) {
+      return -1;
+    }
   }
   int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs, nvinfer1::DataType const*,
                              int32_t nbInputs) const noexcept override {
@@ -290,12 +325,7 @@ class Plugin final : public nvinfer1::IPluginV3,
                         int32_t nbOutputs) noexcept override {
     if (!counts_match(nbInputs, nbOutputs)) return -1;
     try {
-      std::string error;
-      if (!F::check_shapes(cfg_, io_, in, error)) {
-        report(nvinfer1::ErrorCode::kINVALID_ARGUMENT, error);
-        return -1;
-      }
-      return 0;
+      return shapes_ok(in, "") ? 0 : -1;
     } catch (...) {
       return -1;
     }
@@ -330,6 +360,13 @@ class Plugin final : public nvinfer1::IPluginV3,
  private:
   bool counts_match(int32_t nbInputs, int32_t nbOutputs) const {
     return nbInputs == io_.nb_inputs && nbOutputs == io_.nb_outputs();
+  }
+  // F's shape check (check_dims and what the op adds); a refusal is reported, `where` appended to the message.
+  bool shapes_ok(nvinfer1::PluginTensorDesc const* in, char const* where) const {
+    std::string error;
+    if (F::check_shapes(cfg_, io_, in, error)) return true;
+    report(nvinfer1::ErrorCode::kINVALID_ARGUMENT, error + where);
+    return false;
   }
   // Logs the failure and hands it to the execution context's error recorder (when attached to one).
   void report(nvinfer1::ErrorCode code, std::string const& what) const noexcept {

@@ -184,8 +184,27 @@ static void check_plugin(Fields fields, int32_t nb_in, int32_t nb_out) {
     descs[pos].desc.format = TensorFormat::kLINEAR;
   }
   CHECK(!plugin->supportsFormatCombination(0, descs.data(), io.nb_inputs - 1, nout));
+
+  // Shape checks at build time (the builder never calls onShapeChange): the table's dims pass, also with the
+  // sizes a dynamic profile leaves open (-1) as long as its bounds fit; a fixed size off by one is refused in the
+  // dims and in either bound of the profile.
+  std::vector<PluginTensorDesc> const table_dims = concrete_inputs(*plugin);
+  for (int32_t i = 0; i < io.nb_inputs; ++i) {
+    descs[i].desc.dims = descs[i].min = descs[i].max = table_dims[i].dims;
+    descs[i].desc.dims.d[0] = -1;
+  }
   CHECK(plugin->configurePlugin(descs.data(), io.nb_inputs, descs.data() + io.nb_inputs, nout) == 0);
   CHECK(plugin->configurePlugin(descs.data(), io.nb_inputs - 1, descs.data() + io.nb_inputs, nout) != 0);
+  for (Dims DynamicPluginTensorDesc::*bound : {&DynamicPluginTensorDesc::min, &DynamicPluginTensorDesc::max}) {
+    Dims& d = descs[io.nb_inputs - 1].*bound;  // a pool buffer: its last size is fixed by the fields
+    d.d[d.nbDims - 1] += 1;
+    CHECK(plugin->configurePlugin(descs.data(), io.nb_inputs, descs.data() + io.nb_inputs, nout) != 0);
+    d.d[d.nbDims - 1] -= 1;
+  }
+  Dims& known = descs[io.nb_inputs - 1].desc.dims;
+  known.d[known.nbDims - 1] += 1;
+  CHECK(plugin->configurePlugin(descs.data(), io.nb_inputs, descs.data() + io.nb_inputs, nout) != 0);
+  known.d[known.nbDims - 1] -= 1;
 
   std::vector<DataType> in_types(io.nb_inputs), out_types(nout);
   for (int32_t i = 0; i < io.nb_inputs; ++i) in_types[i] = plugin->expected_type(i);
