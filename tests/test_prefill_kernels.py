@@ -19,7 +19,8 @@ import gdn_cases
 import mamba2_cases
 from conftest import poisoned
 from mamba2_cases import rel_err
-from prefill_cases import assert_bits_equal, assert_pools_identical, gdn_prompt, layout, live, mamba2_prompt, random_pool
+from prefill_cases import (assert_bits_equal, assert_pools_identical, gdn_prompt, layout, live, mamba2_prompt,
+                           random_pool)
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn.reference import gdn_gating

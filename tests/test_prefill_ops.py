@@ -109,6 +109,33 @@ def test_conv1d_prefill_equals_updates_and_keeps_the_last_inputs():
         assert torch.equal(state[s], before[s]), f"unused slot {s}"
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_layouts_equal_decode_token_by_token(seed):
+    """Random batch, prompt and pool sizes, lengths, padding rows and slot orders (Mamba-2 and the conv)."""
+    g = torch.Generator().manual_seed(seed)
+    b, S = (int(torch.randint(1, 7, (), generator=g)), int(torch.randint(1, 10, (), generator=g)))
+    slots = b + int(torch.randint(0, 5, (), generator=g))
+    lengths = torch.randint(1, S + 1, (b,), generator=g, dtype=torch.int32)
+    slot_idx = mamba2_cases.slot_map(b, slots, int(torch.randint(0, b, (), generator=g)), "cpu", generator=g)
+    pool = random_pool(mamba2_cases, M2, slots, _cfg("fp32", "bf16", "fp8"), "cpu")
+    expected = pool.clone()
+    A, D, dt_bias = mamba2_cases.layer_params(M2, "cpu")
+    inputs = mamba2_prompt(M2, b, S, torch.bfloat16, "cpu")
+    y = poisoned(inputs[0].shape, torch.bfloat16, "cpu")
+    y_exp = y.clone()
+    mamba2_prefill(pool, *inputs[:4], A, D=D, z=inputs[4], dt_bias=dt_bias, lengths=lengths, slot_idx=slot_idx,
+                   out=y)
+    expected_mamba2(expected, inputs, A, D, dt_bias, lengths, slot_idx, y_exp)
+    assert_bits_equal(y, y_exp, f"y, b={b} S={S}")
+    assert_pools_identical(pool, expected, f"pool, b={b} S={S} slots={slots}")
+    state = torch.randn(slots, 40, 3, generator=g).bfloat16()
+    state_exp, x, weight = state.clone(), torch.randn(b, S, 40, generator=g).bfloat16(), torch.randn(40, 4, generator=g)
+    yc = conv1d_prefill(state, x, weight, lengths=lengths, slot_idx=slot_idx)
+    yc_exp = expected_conv1d(state_exp, x, weight, None, lengths, slot_idx, torch.zeros_like(x))
+    assert_bits_equal(yc, yc_exp, "conv y")
+    assert_bits_equal(state, state_exp, "conv state")
+
+
 def test_mamba2_prefill_matches_fp64_oracle():
     """tests/oracle.py's fp64 recurrence, started from zero states and stepped with the same per-token slots."""
     b, S, slots, lengths, slot_idx = layout("mixed", "cpu")
