@@ -82,12 +82,13 @@ def expected_gdn(pool, inputs, A_log, dt_bias, lengths, slot_idx, y):
 
 
 def expected_conv1d(state, x, weight, bias, lengths, slot_idx, y):
-    """conv1d_update token by token, row by row, from a zero state."""
+    """conv1d_update token by token, row by row, from a zero state. Returns y."""
     for b, s, n in live(lengths, slot_idx):
         state[s] = 0
         row = torch.tensor([s], dtype=torch.int32, device=x.device)
         for t in range(n):
             y[b:b + 1, t] = conv1d_update(state, x[b:b + 1, t], weight, bias, True, slot_idx=row)
+    return y
 
 
 def assert_pools_identical(pool, expected, where):

@@ -19,7 +19,8 @@ import gdn_cases
 import mamba2_cases
 from conftest import poisoned
 from mamba2_cases import rel_err
-from prefill_cases import assert_bits_equal, assert_pools_identical, gdn_prompt, layout, live, mamba2_prompt, random_pool
+from prefill_cases import (assert_bits_equal, assert_pools_identical, gdn_prompt, layout, live, mamba2_prompt,
+                           random_pool)
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn.reference import gdn_gating
@@ -109,24 +110,29 @@ def test_kda_and_precomputed_gates_prefill_kernel_equals_decode_per_token():
     assert_pools_identical(pool, expected, "pool")
 
 
-@pytest.mark.parametrize("dtype, k", [(torch.bfloat16, 4), (torch.float16, 4), (torch.float16, 3), (torch.float32, 2)])
-def test_conv1d_prefill_kernel_equals_updates_per_token(dtype, k):
+@pytest.mark.parametrize("dtype, k, window", [(torch.bfloat16, 4, 0), (torch.float16, 4, 0), (torch.float16, 3, 0),
+                                              (torch.float32, 2, 0), (torch.bfloat16, 4, 3)])
+def test_conv1d_prefill_kernel_equals_updates_per_token(dtype, k, window):
+    """window > 0: the state is the history view of speculative windows [slots, C, k-1+T] (a channel stride of
+    k-1+T, as the network keeps it); the positions behind the history must keep their bytes."""
     b, S, slots, lengths, slot_idx = layout("mixed", DEV)
     C = 200  # not a multiple of the kernel's channel tile
-    state = torch.randn(slots, C, k - 1, device=DEV).to(dtype)
-    before = state.clone()
+    windows = torch.randn(slots, C, k - 1 + window, device=DEV).to(dtype)
+    state = windows[..., :k - 1]
+    before = windows.clone()
     x = torch.randn(b, S, C, device=DEV).to(dtype)
     weight, bias = torch.randn(C, k, device=DEV), torch.randn(C, device=DEV)
     y = poisoned(x.shape, dtype, DEV)
-    y_exp, state_exp = y.clone(), state.clone()
+    y_exp, windows_exp = y.clone(), windows.clone()
     conv1d_prefill(state, x, weight, bias, lengths=lengths, slot_idx=slot_idx, out=y)
-    conv1d_prefill_reference(state_exp, x, weight, bias, True, lengths, slot_idx, -1, y_exp)
+    conv1d_prefill_reference(windows_exp[..., :k - 1], x, weight, bias, True, lengths, slot_idx, -1, y_exp)
     assert_bits_equal(y, y_exp, "y")
-    assert_bits_equal(state, state_exp, "state")
+    assert_bits_equal(windows, windows_exp, "state")
     _check_rows_untouched(y, lengths, slot_idx)
     used = {s for _, s, _ in live(lengths, slot_idx)}
-    for s in set(range(slots)) - used:
-        assert torch.equal(state[s], before[s]), f"unused slot {s}"
+    for s in range(slots):
+        kept = windows[s] if s not in used else windows[s, :, k - 1:]
+        assert torch.equal(kept, (before[s] if s not in used else before[s, :, k - 1:])), f"slot {s}"
 
 
 def test_mamba2_prefill_kernel_matches_cpu_specification():

@@ -11,14 +11,15 @@ import gdn_cases
 import mamba2_cases
 from conftest import poisoned
 from mamba2_cases import rel_err
+from oracle import SequentialOracle
 from prefill_cases import (assert_bits_equal, assert_pools_identical, expected_conv1d, expected_gdn,
                            expected_mamba2, gdn_prompt, layout, live, mamba2_prompt, random_pool)
 from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
 from trtllm_replayssm.ops.gdn.reference import gdn_gating, gdn_sequence, prepare_qk
 from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.ops.mamba2.reference import mamba2_sequence
-from trtllm_replayssm.ops.prefill import conv1d_prefill, gdn_prefill, mamba2_prefill
+from trtllm_replayssm.ops.prefill import conv1d_prefill, gdn_prefill, mamba2_prefill, token_slots
+from trtllm_replayssm.pool import Mamba2StatePool
 
 M2 = Mamba2LayerShape(4, 64, 64, 2)
 GDN = GdnLayerShape(2, 4, 64, 64)
@@ -108,18 +109,48 @@ def test_conv1d_prefill_equals_updates_and_keeps_the_last_inputs():
         assert torch.equal(state[s], before[s]), f"unused slot {s}"
 
 
-def test_mamba2_prefill_matches_fp64_recurrence():
+@pytest.mark.parametrize("seed", range(6))
+def test_random_layouts_equal_decode_token_by_token(seed):
+    """Random batch, prompt and pool sizes, lengths, padding rows and slot orders (Mamba-2 and the conv)."""
+    g = torch.Generator().manual_seed(seed)
+    b, S = (int(torch.randint(1, 7, (), generator=g)), int(torch.randint(1, 10, (), generator=g)))
+    slots = b + int(torch.randint(0, 5, (), generator=g))
+    lengths = torch.randint(1, S + 1, (b,), generator=g, dtype=torch.int32)
+    slot_idx = mamba2_cases.slot_map(b, slots, int(torch.randint(0, b, (), generator=g)), "cpu", generator=g)
+    pool = random_pool(mamba2_cases, M2, slots, _cfg("fp32", "bf16", "fp8"), "cpu")
+    expected = pool.clone()
+    A, D, dt_bias = mamba2_cases.layer_params(M2, "cpu")
+    inputs = mamba2_prompt(M2, b, S, torch.bfloat16, "cpu")
+    y = poisoned(inputs[0].shape, torch.bfloat16, "cpu")
+    y_exp = y.clone()
+    mamba2_prefill(pool, *inputs[:4], A, D=D, z=inputs[4], dt_bias=dt_bias, lengths=lengths, slot_idx=slot_idx,
+                   out=y)
+    expected_mamba2(expected, inputs, A, D, dt_bias, lengths, slot_idx, y_exp)
+    assert_bits_equal(y, y_exp, f"y, b={b} S={S}")
+    assert_pools_identical(pool, expected, f"pool, b={b} S={S} slots={slots}")
+    state = torch.randn(slots, 40, 3, generator=g).bfloat16()
+    state_exp, x, weight = state.clone(), torch.randn(b, S, 40, generator=g).bfloat16(), torch.randn(40, 4, generator=g)
+    yc = conv1d_prefill(state, x, weight, lengths=lengths, slot_idx=slot_idx)
+    yc_exp = expected_conv1d(state_exp, x, weight, None, lengths, slot_idx, torch.zeros_like(x))
+    assert_bits_equal(yc, yc_exp, "conv y")
+    assert_bits_equal(state, state_exp, "conv state")
+
+
+def test_mamba2_prefill_matches_fp64_oracle():
+    """tests/oracle.py's fp64 recurrence, started from zero states and stepped with the same per-token slots."""
     b, S, slots, lengths, slot_idx = layout("mixed", "cpu")
     pool = random_pool(mamba2_cases, M2, slots, _cfg("fp32", "fp32", "none"), "cpu")
     A, D, dt_bias = mamba2_cases.layer_params(M2, "cpu")
     x, dt, B, C, z = mamba2_prompt(M2, b, S, torch.float32, "cpu")
     y = mamba2_prefill(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, lengths=lengths, slot_idx=slot_idx)
+    oracle = SequentialOracle(Mamba2StatePool(M2, slots, pool.cfg), A, D, dt_bias)
+    for t in range(S):
+        y_t = oracle.step(token_slots(slot_idx, lengths, t), x[:, t], dt[:, t], B[:, t], C[:, t], z[:, t])
+        for row, s, n in live(lengths, slot_idx):
+            if t < n:
+                assert rel_err(y[row, t], y_t[row]) < 1e-5, f"y of row {row}, token {t}"
     for row, s, n in live(lengths, slot_idx):
-        seq = [t[row, :n, None].double() for t in (x, dt, B, C, z)]  # [n, 1, ...]
-        ys, final = mamba2_sequence(torch.zeros(1, 4, 64, 64, dtype=torch.float64), seq[0], seq[1], A.double(),
-                                    seq[2], seq[3], D.double(), seq[4], dt_bias.double())
-        assert rel_err(y[row, :n], ys[:, 0]) < 1e-5, f"y of row {row}"
-        assert rel_err(pool.checkpoint[s], final[0]) < 1e-5, f"state of slot {s}"
+        assert rel_err(pool.checkpoint[s], oracle.states[s]) < 1e-5, f"state of slot {s}"
 
 
 def test_gdn_prefill_matches_fp64_recurrence():

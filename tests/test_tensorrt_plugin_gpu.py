@@ -23,6 +23,7 @@ from trtllm_replayssm import trt_plugins
 from trtllm_replayssm.config import DTYPE_CODES, GdnLayerShape, Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops import gdn as gdn_ops
 from trtllm_replayssm.ops import mamba2 as mamba2_ops
+from trtllm_replayssm.ops import prefill as prefill_ops
 from trtllm_replayssm.ops.conv1d import (conv1d_commit, conv1d_commit_reference, conv1d_update,
                                          conv1d_update_reference, conv1d_verify, conv1d_verify_reference)
 from trtllm_replayssm.ops.gdn import spec_reference as gdn_spec_reference
@@ -330,3 +331,79 @@ def test_conv1d_plugin_matches_ops_and_reference(tmp_path, mode):
             y_ref = conv1d_update_reference(ref, x, weight, bias, slot_idx=slot_idx)
         _check_y(drv.out(runs[i], "y"), y_ops, y_ref, slot_idx >= 0, f"step {i}")
     _check_finals(drv, {pool_name: ops})
+
+
+# ---- prefill (the context phase)
+
+def _prefill_runs(drv, label, prompts, y_like):
+    """Two prefill runs over the same pool (the second restarts its rows' slots); returns their indices."""
+    for name, t in prompts[0].items():
+        drv.tensor(name, t, initial=False)
+    drv.tensor("y", y_like, initial=False)
+    return [drv.run(label, **p) for p in prompts]
+
+
+def _check_prefill_y(y, y_ops, lengths, slot_idx, what):
+    for b, s in enumerate(slot_idx.tolist()):
+        n = int(lengths[b]) if s >= 0 else 0
+        assert torch.equal(bits(y[b, :n]), bits(y_ops[b, :n])), f"{what}: row {b} differs from the ops"
+        assert torch.isnan(y[b, n:].float()).all(), f"{what}: row {b} written past its prompt"
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn", "conv1d"])
+def test_prefill_plugins_match_ops(tmp_path, family):
+    """Two prompts' worth of context phase (mixed lengths, a padding row, shuffled slots of a larger pool) through
+    the plugin, with TensorRT's workspace: y at the prompt tokens and the pool buffers equal the ops' bit for bit,
+    y keeps the poison elsewhere."""
+    torch.manual_seed(0)
+    b, S, slots = 4, 6, 7
+    lengths = [torch.tensor(v, dtype=torch.int32, device=DEV) for v in ([6, 1, 3, 5], [2, 6, 4, 1])]
+    slot_idx = [torch.tensor(v, dtype=torch.int32, device=DEV) for v in ([5, -1, 0, 2], [2, 6, -1, 3])]
+    cfg = ReplayConfig(8, "fp32", "bf16")
+    drv = PluginDriver(tmp_path)
+    if family == "mamba2":
+        shape = Mamba2LayerShape(8, 64, 64, 2)
+        pool = mamba2_cases.random_pool(shape, slots, cfg, DEV)
+        A, D, dt_bias = mamba2_cases.layer_params(shape, DEV)
+        fields, prompts = trt_plugins.mamba2_prefill_fields(shape, cfg), []
+        for name, t in dict(A=A, D=D, dt_bias=dt_bias, state=pool.checkpoint, cursor=pool.cursor).items():
+            drv.tensor(name, t)
+        for i in range(2):
+            inputs = mamba2_cases.step_inputs(shape, b * S, cfg.act_dtype, DEV)
+            prompts.append({n: t.reshape(b, S, *t.shape[1:]) for n, t in zip(("x", "dt", "B", "C", "z"), inputs)})
+            prompts[-1].update(lengths=lengths[i], slot_idx=slot_idx[i])
+        run_ops = lambda p: prefill_ops.mamba2_prefill(pool, A=A, D=D, dt_bias=dt_bias, **p)  # noqa: E731
+        y_like, finals, name, inputs = prompts[0]["x"], dict(state=pool.checkpoint, cursor=pool.cursor), \
+            trt_plugins.MAMBA2_PREFILL, trt_plugins.mamba2_prefill_inputs(fields)
+    elif family == "gdn":
+        shape = GdnLayerShape(2, 4, 128, 64)
+        pool = gdn_cases.random_pool(shape, slots, cfg, DEV)
+        fields, prompts = trt_plugins.gdn_prefill_fields(shape, cfg), []
+        for n, t in dict(state=pool.checkpoint, cursor=pool.cursor).items():
+            drv.tensor(n, t)
+        for i in range(2):
+            inputs = gdn_cases.step_inputs(shape, b * S, cfg.act_dtype, DEV)
+            prompts.append({n: t.reshape(b, S, *t.shape[1:]) for n, t in zip(("q", "k", "v", "g", "beta"), inputs)})
+            prompts[-1].update(lengths=lengths[i], slot_idx=slot_idx[i])
+        run_ops = lambda p: prefill_ops.gdn_prefill(pool, **PREPARED, **p)  # noqa: E731
+        y_like, finals, name, inputs = prompts[0]["v"], dict(state=pool.checkpoint, cursor=pool.cursor), \
+            trt_plugins.GDN_PREFILL, trt_plugins.gdn_prefill_inputs(fields)
+    else:
+        C, k = 200, 4
+        state = torch.randn(slots, C, k - 1, device=DEV).to(torch.bfloat16)
+        weight, bias = (torch.randn(C, k, device=DEV) * 0.5).bfloat16(), (torch.randn(C, device=DEV) * 0.1).bfloat16()
+        fields = trt_plugins.conv1d_prefill_fields(C, k)
+        for n, t in dict(weight=weight, bias=bias, state=state).items():
+            drv.tensor(n, t)
+        prompts = [dict(x=torch.randn(b, S, C, device=DEV).bfloat16(), lengths=lengths[i], slot_idx=slot_idx[i])
+                   for i in range(2)]
+        run_ops = lambda p: prefill_ops.conv1d_prefill(state, p["x"], weight, bias, lengths=p["lengths"],  # noqa: E731
+                                                       slot_idx=p["slot_idx"])
+        y_like, finals, name, inputs = prompts[0]["x"], dict(state=state), trt_plugins.CONV1D_PREFILL, \
+            trt_plugins.conv1d_prefill_inputs(fields)
+    drv.plugin("prefill", name, fields, inputs, output="y")
+    runs = _prefill_runs(drv, "prefill", prompts, y_like)
+    drv.execute()
+    for i, p in enumerate(prompts):
+        _check_prefill_y(drv.out(runs[i], "y"), run_ops(p), p["lengths"], p["slot_idx"], f"{family} run {i}")
+    _check_finals(drv, finals)

@@ -45,6 +45,14 @@ def test_python_input_order_matches_the_plugins():
         "conv1d verify": trt_plugins.conv1d_inputs(
             trt_plugins.conv1d_fields(64, mode="verify", num_tokens=4, has_bias=False)),
         "conv1d commit": trt_plugins.conv1d_inputs(trt_plugins.conv1d_fields(64, mode="commit", num_tokens=4)),
+        "mamba2 prefill replay z D dt_bias": trt_plugins.mamba2_prefill_inputs(
+            trt_plugins.mamba2_prefill_fields(m_shape, cfg)),
+        "mamba2 prefill conventional D dt_bias": trt_plugins.mamba2_prefill_inputs(
+            trt_plugins.mamba2_prefill_fields(m_shape, cfg, mode="conventional", has_z=False)),
+        "gdn prefill replay": trt_plugins.gdn_prefill_inputs(trt_plugins.gdn_prefill_fields(g_shape, cfg)),
+        "gdn prefill conventional": trt_plugins.gdn_prefill_inputs(
+            trt_plugins.gdn_prefill_fields(g_shape, cfg, mode="conventional")),
+        "conv1d prefill": trt_plugins.conv1d_prefill_inputs(trt_plugins.conv1d_prefill_fields(64, has_bias=False)),
     }
     assert {k: v.split() for k, v in printed.items()} == expected
 

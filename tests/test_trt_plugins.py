@@ -183,6 +183,27 @@ def test_add_conv1d_modes():
         trt_plugins.conv1d_fields(96, mode="train")
 
 
+def test_add_prefill_plugins_take_no_decode_settings():
+    trt = FakeTrt(num_outputs=3)
+    shape, cfg = Mamba2LayerShape(8, 64, 64, 2), ReplayConfig(16, "fp32", "bf16")
+    names = trt_plugins.mamba2_prefill_inputs(trt_plugins.mamba2_prefill_fields(shape, cfg))
+    trt_plugins.add_mamba2_prefill(trt.network, {n: n for n in names}, shape, cfg, trt=trt)
+    name, fields, inputs = _created(trt)
+    assert name == "ReplaySSMMamba2Prefill" and inputs == names and names[-3:] == ["slot_idx", "state", "cursor"]
+    assert fields == {"nheads": 8, "head_dim": 64, "dstate": 64, "ngroups": 2, "mode": 1, "state_dtype": 0,
+                      "act_dtype": 2, "has_z": 1, "has_D": 1, "has_dt_bias": 1, "dt_softplus": 1, "pad_slot_id": -1}
+    g_shape = GdnLayerShape(2, 4, 64, 64)
+    names = ["q", "k", "v", "g", "beta", "lengths", "slot_idx", "state"]
+    trt_plugins.add_gdn_prefill(trt.network, {n: n for n in names}, g_shape, cfg, mode="conventional", trt=trt)
+    name, fields, inputs = _created(trt)
+    assert name == "ReplaySSMGdnPrefill" and inputs == names and fields["mode"] == 0 and "buffer_len" not in fields
+    trt_plugins.add_conv1d_prefill(trt.network, {"x": 1, "weight": 2, "bias": 3, "lengths": 4, "slot_idx": 5,
+                                                 "state": 6}, 96, trt=trt)
+    name, fields, inputs = _created(trt)
+    assert name == "ReplaySSMConv1dPrefill" and inputs == [1, 2, 3, 4, 5, 6]
+    assert "mode" not in fields and "num_tokens" not in fields and fields["channels"] == 96
+
+
 def test_native_dir_follows_rssm_library(monkeypatch, tmp_path):
     monkeypatch.setenv("RSSM_LIBRARY", str(tmp_path / "libreplayssm.so"))
     assert trt_plugins.native_dir() == tmp_path.resolve()

@@ -14,7 +14,8 @@ a network. The TensorRT module is imported lazily (an optional dependency): ever
 Speculative decoding: `add_mamba2_verify` / `add_gdn_verify` (T tokens per row, ReplaySSM or the snapshot path),
 then, once the accepted counts are known (a device int32 tensor), `add_spec_commit` (ReplaySSM: the cursor) or
 `add_snapshot_commit` (snapshot path: the state), and `add_conv1d(mode="verify")` / `add_conv1d(mode="commit")`
-for the conv in front of the mixer.
+for the conv in front of the mixer. The context phase: `add_mamba2_prefill` / `add_gdn_prefill` and
+`add_conv1d_prefill` (a prompt of S tokens per row into the rows' slots, docs/prefill.md).
 
 Inputs are passed by name; the order each plugin expects (`*_inputs(fields)`) mirrors the plugins' tables, and a
 test checks it against the compiled library. docs/tensorrt_plugins.md has the I/O contract of each plugin.
@@ -45,6 +46,9 @@ SPEC_COMMIT = "ReplaySSMSpecCommit"
 SNAPSHOT_COMMIT = "ReplaySSMSnapshotCommit"
 CONV1D = "ReplaySSMConv1d"
 CONV1D_MODES = {"update": 0, "verify": 1, "commit": 2}  # rssm_conv1d_mode
+MAMBA2_PREFILL = "ReplaySSMMamba2Prefill"
+GDN_PREFILL = "ReplaySSMGdnPrefill"
+CONV1D_PREFILL = "ReplaySSMConv1dPrefill"
 
 
 TENSORRT_MODULES = ("tensorrt", "tensorrt_rtx")  # in the order tensorrt_module() tries them
@@ -264,6 +268,44 @@ def conv1d_inputs(fields: dict) -> list[str]:
     return names + (["state"] if fields["mode"] == CONV1D_MODES["update"] else ["windows"])
 
 
+def mamba2_prefill_fields(shape: Mamba2LayerShape, cfg: ReplayConfig, *, mode: str = "replay", has_z=True,
+                          has_D=True, has_dt_bias=True, dt_softplus=True, pad_slot_id=-1) -> dict[str, int]:
+    """The context phase (docs/prefill.md); mode "replay": the pool has a cursor, reset to an empty ring."""
+    fields = mamba2_decode_fields(shape, cfg, mode=mode, has_z=has_z, has_D=has_D, has_dt_bias=has_dt_bias,
+                                  dt_softplus=dt_softplus, pad_slot_id=pad_slot_id)
+    for name in ("buffer_len", "latency_route_kib"):  # decode settings: the prefill runs the conventional step
+        fields.pop(name)
+    return fields
+
+
+def mamba2_prefill_inputs(fields: dict) -> list[str]:
+    names = mamba2_decode_inputs(dict(fields, mode=0))[:-2] + ["lengths", "slot_idx", "state"]
+    return names + (["cursor"] if fields["mode"] == 1 else [])
+
+
+def gdn_prefill_fields(shape: GdnLayerShape, cfg: ReplayConfig, *, mode: str = "replay", pad_slot_id=-1) -> dict:
+    fields = gdn_decode_fields(shape, cfg, mode=mode, pad_slot_id=pad_slot_id)
+    for name in ("buffer_len", "latency_route_kib"):
+        fields.pop(name)
+    return fields
+
+
+def gdn_prefill_inputs(fields: dict) -> list[str]:
+    return ["q", "k", "v", "g", "beta", "lengths", "slot_idx", "state"] + (["cursor"] if fields["mode"] == 1 else [])
+
+
+def conv1d_prefill_fields(channels: int, kernel_size: int = 4, **options) -> dict:
+    """conv1d_fields' options (dtypes, has_bias, silu, pad_slot_id); no mode, no num_tokens."""
+    fields = conv1d_fields(channels, kernel_size, **options)
+    for name in ("mode", "num_tokens"):
+        fields.pop(name)
+    return fields
+
+
+def conv1d_prefill_inputs(fields: dict) -> list[str]:
+    return ["x", "weight"] + (["bias"] if fields["has_bias"] else []) + ["lengths", "slot_idx", "state"]
+
+
 def _check_mode(mode, modes=("replay", "conventional")):
     if mode not in modes:
         raise ValueError(f"mode={mode!r} is not supported ({', '.join(modes)})")
@@ -366,3 +408,25 @@ def add_conv1d(network, inputs: dict, channels: int, kernel_size: int = 4, *, mo
     """Returns [y, state] (update), [y, windows] (verify) or [windows] (commit)."""
     fields = conv1d_fields(channels, kernel_size, mode=mode, **options)
     return add_plugin(network, CONV1D, fields, inputs, conv1d_inputs(fields), registry, trt, layer_name)
+
+
+def add_mamba2_prefill(network, inputs: dict, shape: Mamba2LayerShape, cfg: ReplayConfig, *, mode="replay",
+                       registry=None, trt=None, layer_name=None, **options):
+    """The context phase: returns [y, state] (+ cursor in replay mode), the pool outputs aliased to their inputs."""
+    fields = mamba2_prefill_fields(shape, cfg, mode=mode, **options)
+    return add_plugin(network, MAMBA2_PREFILL, fields, inputs, mamba2_prefill_inputs(fields), registry, trt,
+                      layer_name)
+
+
+def add_gdn_prefill(network, inputs: dict, shape: GdnLayerShape, cfg: ReplayConfig, *, mode="replay", registry=None,
+                    trt=None, layer_name=None, **options):
+    fields = gdn_prefill_fields(shape, cfg, mode=mode, **options)
+    return add_plugin(network, GDN_PREFILL, fields, inputs, gdn_prefill_inputs(fields), registry, trt, layer_name)
+
+
+def add_conv1d_prefill(network, inputs: dict, channels: int, kernel_size: int = 4, *, registry=None, trt=None,
+                       layer_name=None, **options):
+    """Returns [y, state]."""
+    fields = conv1d_prefill_fields(channels, kernel_size, **options)
+    return add_plugin(network, CONV1D_PREFILL, fields, inputs, conv1d_prefill_inputs(fields), registry, trt,
+                      layer_name)

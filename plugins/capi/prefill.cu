@@ -108,9 +108,8 @@ static rssm_status start(const PrefillStartArgs& a, cudaStream_t stream, const c
   const int word = zero_word_bytes(a.zero, a.regions);
   for (int r = 0; r < a.regions; ++r) words = std::max(words, a.zero[r].rows * a.zero[r].row_bytes / word);
   const int threads = 256;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((words + 4 * threads - 1) / (4 * threads), 1),
-                                                          1024)),
-                  a.batch);
+  const int64_t chunks = std::min<int64_t>(std::max<int64_t>((words + 4 * threads - 1) / (4 * threads), 1), 1024);
+  const dim3 grid(static_cast<unsigned>(chunks), a.batch);
   switch (word) {
     case 16: prefill_start_kernel<uint4><<<grid, threads, 0, stream>>>(a); break;
     case 8: prefill_start_kernel<uint2><<<grid, threads, 0, stream>>>(a); break;
@@ -118,7 +117,8 @@ static rssm_status start(const PrefillStartArgs& a, cudaStream_t stream, const c
     default: prefill_start_kernel<uint16_t><<<grid, threads, 0, stream>>>(a); break;
   }
   const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? RSSM_OK : fail(RSSM_ERR_CUDA, "%s start launch failed: %s", what, cudaGetErrorString(err));
+  if (err == cudaSuccess) return RSSM_OK;
+  return fail(RSSM_ERR_CUDA, "%s start launch failed: %s", what, cudaGetErrorString(err));
 }
 
 // The start of a Mamba-2 / GDN pool's slots: the checkpoint and the cursor (an empty ring; none in a pool without
@@ -156,8 +156,8 @@ static rssm_status refresh(const PrefillRefreshArgs& a, int state_dtype, int fmt
     }
     return launch(TypeTag<__nv_fp8_e4m3>{});
   });
-  return err == cudaSuccess ? RSSM_OK
-                            : fail(RSSM_ERR_CUDA, "%s read-copy refresh launch failed: %s", what, cudaGetErrorString(err));
+  if (err == cudaSuccess) return RSSM_OK;
+  return fail(RSSM_ERR_CUDA, "%s read-copy refresh launch failed: %s", what, cudaGetErrorString(err));
 }
 
 // ---- Mamba-2 ----

@@ -15,7 +15,8 @@
 //   run LABEL                           one enqueue of plugin LABEL; runs are numbered 0, 1, ... in file order
 // Before run i every tensor NAME with a file DIR/in.i.NAME.bin is loaded from it; the y tensor is filled with 0xff
 // (NaN in every float type), and written to DIR/out.i.NAME.bin after the run. After the last run every tensor is
-// written to DIR/final.NAME.bin. A plugin's runs alternate between its build-phase and runtime-phase objects.
+// written to DIR/final.NAME.bin. A plugin's runs alternate between its build-phase and runtime-phase objects, with
+// the workspace getWorkspaceSize asks for at the declared shapes.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
     std::vector<PluginTensorDesc> in_desc, out_desc;
     std::vector<void const*> in_ptrs;
     std::vector<void*> out_ptrs;
+    void* workspace = nullptr;  // getWorkspaceSize at the bound shapes (the prefill plugins' slot indices)
   };
   std::map<std::string, Bound> bound;
   for (auto& [label, p] : plugins) {
@@ -230,6 +232,16 @@ int main(int argc, char** argv) {
       if (rt->onShapeChange(b.in_desc.data(), static_cast<int32_t>(p.inputs.size()), b.out_desc.data(),
                             p.nb_outputs) != 0)
         return fail("onShapeChange refused the shapes of " + label);
+    std::vector<DynamicPluginTensorDesc> dyn_in(b.in_desc.size()), dyn_out(b.out_desc.size());
+    for (size_t i = 0; i < dyn_in.size(); ++i) {
+      dyn_in[i].desc = b.in_desc[i];
+      dyn_in[i].min = dyn_in[i].opt = dyn_in[i].max = b.in_desc[i].dims;
+    }
+    for (size_t o = 0; o < dyn_out.size(); ++o) dyn_out[o].desc = b.out_desc[o];
+    auto* build = static_cast<IPluginV3OneBuild*>(p.build->getCapabilityInterface(PluginCapabilityType::kBUILD));
+    const size_t workspace = build->getWorkspaceSize(dyn_in.data(), static_cast<int32_t>(dyn_in.size()),
+                                                     dyn_out.data(), static_cast<int32_t>(dyn_out.size()));
+    if (workspace) CUDA_OK(cudaMalloc(&b.workspace, workspace));
   }
 
   // ---- runs
@@ -246,7 +258,7 @@ int main(int argc, char** argv) {
     }
     if (!p.output.empty()) CUDA_OK(cudaMemset(tensors[p.output].device, 0xff, tensors[p.output].bytes));
     IPluginV3OneRuntime* rt = p.phase[p.runs++ % 2];
-    if (rt->enqueue(b.in_desc.data(), b.out_desc.data(), b.in_ptrs.data(), b.out_ptrs.data(), nullptr, stream) != 0)
+    if (rt->enqueue(b.in_desc.data(), b.out_desc.data(), b.in_ptrs.data(), b.out_ptrs.data(), b.workspace, stream) != 0)
       return fail("enqueue of " + runs[i] + " failed at run " + std::to_string(i));
     CUDA_OK(cudaStreamSynchronize(stream));
     if (p.output.empty()) continue;

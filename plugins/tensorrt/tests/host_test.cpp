@@ -311,6 +311,11 @@ static int print_all_inputs() {
   print_inputs<Conv1d>(conv.with("mode", 0), "conv1d update bias");
   print_inputs<Conv1d>(conv.with("mode", 1).with("num_tokens", 4).with("has_bias", 0), "conv1d verify");
   print_inputs<Conv1d>(conv.with("mode", 2).with("num_tokens", 4), "conv1d commit");
+  print_inputs<Mamba2Prefill>(m.with("mode", 1), "mamba2 prefill replay z D dt_bias");
+  print_inputs<Mamba2Prefill>(m.with("mode", 0).with("has_z", 0), "mamba2 prefill conventional D dt_bias");
+  print_inputs<GdnPrefill>(g.with("mode", 1), "gdn prefill replay");
+  print_inputs<GdnPrefill>(g.with("mode", 0), "gdn prefill conventional");
+  print_inputs<Conv1dPrefill>(conv.with("has_bias", 0), "conv1d prefill");
   return 0;
 }
 

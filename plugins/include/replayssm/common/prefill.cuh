@@ -74,7 +74,8 @@ constexpr int kPrefillRefreshWarps = 4;
 // decode kernels' thread mapping (Tiling<StateT, N>) and stores them with the flush's quantiser, so the copy has
 // the bits a flush of the same checkpoint writes (quant.py).
 template <typename StateT, typename CopyT, int N>
-__global__ void __launch_bounds__(kPrefillRefreshWarps * 32) prefill_refresh_kernel(const __grid_constant__ PrefillRefreshArgs a) {
+__global__ void __launch_bounds__(kPrefillRefreshWarps * 32)
+    prefill_refresh_kernel(const __grid_constant__ PrefillRefreshArgs a) {
   using Tl = Tiling<StateT, N>;
   const int slot = a.slot_idx[blockIdx.y];
   if (!prefill_live(slot, a.pad_slot_id, a.num_slots)) return;

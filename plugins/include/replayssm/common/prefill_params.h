@@ -28,9 +28,9 @@ extern "C" {
 #endif
 
 // Mamba-2. step: mode RSSM_MAMBA2_CONVENTIONAL, latency_route_bytes 0, slot_idx required, cursor reset to an empty
-// ring (WRITTEN; NULL: a pool without ring, conventional decoding only), ring pointers ignored; read_format / read_state / read_scale / read_block_scale: the
-// pool's read copy, rewritten at the end (WRITTEN), a pair the replay decode reads ((fp32, fp16 / bf16 / fp8 /
-// nvfp4), (fp16 / bf16, fp8)).
+// ring (WRITTEN; NULL: a pool without ring, conventional decoding only), ring pointers ignored; read_format,
+// read_state, read_scale, read_block_scale: the pool's read copy, rewritten at the end (WRITTEN), a pair the replay
+// decode reads ((fp32, fp16 / bf16 / fp8 / nvfp4), (fp16 / bf16, fp8)).
 typedef struct rssm_mamba2_prefill_params {
   rssm_mamba2_decode_params step;
   int32_t num_tokens;       // S: tokens per row, 1..65535
