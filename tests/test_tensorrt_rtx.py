@@ -23,9 +23,8 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_RTX, reason="tensorrt_rtx is not installed (pip install tensorrt-rtx==1.7.1.116)"),
     pytest.mark.skipif(not LIBRARY.exists(), reason=f"{LIBRARY} is missing (build with RSSM_TENSORRT=1)"),
 ]
-PREFILL = {"mamba2": "ReplaySSMMamba2Prefill", "gdn": "ReplaySSMGdnPrefill", "conv1d": "ReplaySSMConv1dPrefill"}
 CREATORS = sorted([tp.MAMBA2_DECODE, tp.GDN_DECODE, tp.MAMBA2_VERIFY, tp.GDN_VERIFY, tp.SPEC_COMMIT,
-                   tp.SNAPSHOT_COMMIT, tp.CONV1D, *PREFILL.values()])
+                   tp.SNAPSHOT_COMMIT, tp.CONV1D, tp.MAMBA2_PREFILL, tp.GDN_PREFILL, tp.CONV1D_PREFILL])
 
 
 def rtx():
@@ -107,17 +106,6 @@ def conv_tensors(tokens=()):
             "slot_idx": ([B], "int32"), "state": ([SLOTS, 64, 3], "bf16"), "lengths": ([B], "int32")}
 
 
-# The prefill plugins (plugins/tensorrt/prefill_plugins.cpp): fields and input order.
-M2_PREFILL_FIELDS = {k: v for k, v in tp.mamba2_decode_fields(M2, CFG).items()
-                     if k not in ("buffer_len", "latency_route_kib")}
-GDN_PREFILL_FIELDS = {k: v for k, v in tp.gdn_decode_fields(GDN, CFG).items()
-                      if k not in ("buffer_len", "latency_route_kib")}
-CONV_PREFILL_FIELDS = {k: v for k, v in tp.conv1d_fields(64).items() if k not in ("mode", "num_tokens")}
-PREFILL_INPUTS = {"mamba2": ["x", "dt", "B", "C", "z", "A", "D", "dt_bias", "lengths", "slot_idx", "state", "cursor"],
-                  "gdn": ["q", "k", "v", "g", "beta", "lengths", "slot_idx", "state", "cursor"],
-                  "conv1d": ["x", "weight", "bias", "lengths", "slot_idx", "state"]}
-
-
 # (plugin, fields, tensors by name, the input y copies or None)
 CASES = {
     "mamba2_decode": (tp.MAMBA2_DECODE, tp.mamba2_decode_fields(M2, CFG), m2_tensors(), "x"),
@@ -132,15 +120,15 @@ CASES = {
     "snapshot_commit": (tp.SNAPSHOT_COMMIT, tp.snapshot_commit_fields(CFG, T),
                         {"accepted": ([B], "int32"), **m2_tensors()}, None),
     "conv1d": (tp.CONV1D, tp.conv1d_fields(64), conv_tensors(), "x"),
-    "mamba2_prefill": (PREFILL["mamba2"], M2_PREFILL_FIELDS, m2_tensors((S,)), "x"),
-    "gdn_prefill": (PREFILL["gdn"], GDN_PREFILL_FIELDS, gdn_tensors((S,)), "v"),
-    "conv1d_prefill": (PREFILL["conv1d"], CONV_PREFILL_FIELDS, conv_tensors((S,)), "x"),
+    "mamba2_prefill": (tp.MAMBA2_PREFILL, tp.mamba2_prefill_fields(M2, CFG), m2_tensors((S,)), "x"),
+    "gdn_prefill": (tp.GDN_PREFILL, tp.gdn_prefill_fields(GDN, CFG), gdn_tensors((S,)), "v"),
+    "conv1d_prefill": (tp.CONV1D_PREFILL, tp.conv1d_prefill_fields(64), conv_tensors((S,)), "x"),
 }
 INPUT_ORDER = {tp.MAMBA2_DECODE: tp.mamba2_decode_inputs, tp.GDN_DECODE: tp.gdn_decode_inputs,
                tp.MAMBA2_VERIFY: tp.mamba2_verify_inputs, tp.GDN_VERIFY: tp.gdn_verify_inputs,
                tp.SPEC_COMMIT: tp.spec_commit_inputs, tp.SNAPSHOT_COMMIT: tp.snapshot_commit_inputs,
-               tp.CONV1D: tp.conv1d_inputs,
-               **{plugin: (lambda fields, family=family: PREFILL_INPUTS[family]) for family, plugin in PREFILL.items()}}
+               tp.CONV1D: tp.conv1d_inputs, tp.MAMBA2_PREFILL: tp.mamba2_prefill_inputs,
+               tp.GDN_PREFILL: tp.gdn_prefill_inputs, tp.CONV1D_PREFILL: tp.conv1d_prefill_inputs}
 IN_PLACE = {"state", "ring_x", "ring_B", "ring_dt", "ring_u", "ring_k", "ring_g", "cursor", "snapshots", "windows"}
 
 
