@@ -145,7 +145,40 @@ BAD = [
     (["drift", "--png", "{nodir}"], ["--png"]),
     (["drift", "--quiet", "please"], ["unrecognized arguments", "please"]),
     (["info", "--verbose"], ["unrecognized arguments", "--verbose"]),
+    (["serve", "nosuch"], ["model", "'nosuch'", "bundled config"]),
+    (["serve", "--device", "tpu"], ["--device", "'tpu' is not a device"]),
+    (["serve", "--mode", "fast"], ["--mode", "invalid choice"]),
+    (["serve", "--buffer-len", "0"], _range("--buffer-len", 1, 64)),
+    (["serve", "--state-dtype", "fp8"], ["--state-dtype", "invalid choice"]),
+    (["serve", "--read-format", "int4"], ["--read-format", "invalid choice"]),
+    (["serve", "--dtype", "fp64"], ["--dtype", "invalid choice"]),
+    (["serve", "--max-batch", "0"], _range("--max-batch", 1, 4096)),
+    (["serve", "--max-seq-len", "1"], _range("--max-seq-len", 2, 1 << 20)),
+    (["serve", "--max-queue", "-1"], _range("--max-queue", 0, 1 << 20)),
+    (["serve", "--seed", "-1"], _range("--seed", 0, 2**63 - 1)),
+    (["serve", "--host", "no such host!"], ["--host", "no such host!"]),
+    (["serve", "--port", "0"], _range("--port", 1, 65535)),
+    (["serve", "--served-model-name", ""], ["--served-model-name", "empty"]),
+    (["serve", "--read-format", "fp8", "--state-dtype", "fp32", "--buffer-len", "4", "--max-batch", "2",
+      "--mode", "replay", "--dtype", "fp32", "--device", "cpu", "--seed", "1", "--max-seq-len", "8",
+      "--max-queue", "1", "--host", "127.0.0.1", "--port", "1", "--served-model-name", "m", "--nosuch"],
+     ["unrecognized arguments", "--nosuch"]),
+    (["bench-serve", "--url", "http://127.0.0.1:1"], ["cannot reach", "127.0.0.1:1"]),
+    (["bench-serve", "--url", "nourl"], ["--url", "nourl"]),
+    (["bench-serve", "--model", ""], ["--model", "empty"]),
+    (["bench-serve", "--num-requests", "0"], _range("--num-requests", 1, 1000000)),
+    (["bench-serve", "--concurrency", "0"], _range("--concurrency", 1, 100000)),
+    (["bench-serve", "--prompt-len", "0"], _range("--prompt-len", 1, 1 << 20)),
+    (["bench-serve", "--output-len", "0"], _range("--output-len", 1, 1 << 20)),
+    (["bench-serve", "--vocab", "1"], _range("--vocab", 2, 1 << 24)),
+    (["bench-serve", "--seed", "x"], ["--seed", "'x' is not an integer"]),
+    (["bench-serve", "--json", "yes"], ["unrecognized arguments", "yes"]),
+    (["bench-serve", "--quiet", "--json", "--nosuch"], ["unrecognized arguments", "--nosuch"]),
 ]
+
+# Commands that start or need a running server: their good runs are real server processes in
+# tests/test_serve.py, not in-process rows here; the property-based test draws only refused argument lists.
+SERVERS = {"serve", "bench-serve"}
 
 # (argv, words the output shows); small sizes so that the whole table runs in seconds.
 GOOD = [
@@ -186,4 +219,4 @@ BAD_VALUES = ["0", "-1", "-7", "65", "4097", "99999999999999999999", "2.5", "nan
               "a,b", "5,,6", ",", "\x00", "\u00e9"]
 # Prepended to every random argument list (later flags override them): the defaults of these runs are long.
 SMALL_PREFIX = {"run": ["--steps", "2", "--batch", "2"], "drift": ["--steps", "3", "--heads", "2"],
-                "build": ["--dry-run"]}
+                "build": ["--dry-run"], "serve": ["--nosuch"], "bench-serve": ["--nosuch"]}

@@ -152,6 +152,34 @@ def model_ref(text: str) -> str:
     return text
 
 
+def non_empty(text: str) -> str:
+    """An argparse type: any non-blank string."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty value")
+    return text
+
+
+def host(text: str) -> str:
+    """An argparse type: a host name or address this machine can resolve."""
+    import socket
+
+    try:
+        socket.getaddrinfo(text, None)
+    except (socket.gaierror, UnicodeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a resolvable host name or address") from None
+    return text
+
+
+def http_url(text: str) -> str:
+    """An argparse type: an http(s) URL with a host."""
+    from urllib.parse import urlparse
+
+    u = urlparse(text)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    return text.rstrip("/")
+
+
 def device(text: str) -> torch.device:
     """An argparse type: cpu, cuda or cuda:N, refused when this machine has no such device."""
     try:

@@ -1,0 +1,165 @@
+"""`trtllm-replayssm serve` as a real server process on loopback (bundled config, CPU reference ops), driven by
+the `openai` client and plain HTTP: concurrent streams against decoding each prompt alone, OpenAI-style errors
+for bad requests while the server keeps serving, a client that disconnects mid-stream freeing its slot, and a
+bounded load run."""
+
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from test_runtime import assert_same_greedy, greedy_alone  # noqa: E402
+from trtllm_replayssm.network import load_network  # noqa: E402
+
+SLOTS = 4
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "trtllm_replayssm.cli", "serve", "--device", "cpu", "--port",
+                             str(port), "--max-batch", str(SLOTS), "--max-seq-len", "96", "--max-queue", "64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"server exited: {proc.stdout.read()}")
+        time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0)
+
+
+def _metric(url, name):
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+def _stream_tokens(client, prompt, n):
+    got, finish = [], None
+    for chunk in client.completions.create(model="nemotron_h_tiny", prompt=prompt, max_tokens=n, stream=True):
+        c = chunk.choices[0]
+        got += c.token_ids
+        finish = c.finish_reason or finish
+    return got, finish
+
+
+def test_concurrent_streams_equal_decoding_alone(client, server):
+    """18 streaming requests, more than the 4 slots, prompts of 1..12 tokens and 2..14 outputs at once: every
+    stream's tokens equal its prompt decoded alone (no token lost or duplicated), each ends with 'length'."""
+    prompts = [[(7 * i + j) % 1000 + 1 for j in range(1 + i % 12)] for i in range(18)]
+    lens = [2 + (5 * i) % 13 for i in range(18)]
+    with concurrent.futures.ThreadPoolExecutor(18) as pool:
+        results = list(pool.map(lambda a: _stream_tokens(client, *a), zip(prompts, lens)))
+    net = load_network(None)
+    for p, n, (got, finish) in zip(prompts, lens, results):
+        want, logits = greedy_alone(net, p, n)
+        assert finish == "length"
+        assert len(got) == n
+        assert_same_greedy(got, want, logits)
+    assert _metric(server, "replayssm_free_slots") == SLOTS
+
+
+def test_non_streaming_and_models(client):
+    r = client.completions.create(model="nemotron_h_tiny", prompt=[3, 4, 5], max_tokens=4)
+    assert len(r.choices[0].token_ids) == 4 and r.usage.completion_tokens == 4 and r.usage.prompt_tokens == 3
+    assert [m.id for m in client.models.list().data] == ["nemotron_h_tiny"]
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"prompt": [], "max_tokens": 4}, 400, "empty"),
+    ({"prompt": list(range(1, 120)), "max_tokens": 4}, 400, "max_seq_len"),
+    ({"prompt": [1, 5000], "max_tokens": 4}, 400, "vocabulary"),
+    ({"prompt": [1], "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": [1], "max_tokens": 1000}, 400, "max_tokens"),
+    ({"prompt": [1], "max_tokens": "x"}, 400, "max_tokens"),
+    ({"prompt": [1], "temperature": -0.5}, 400, "temperature"),
+    ({"prompt": [1], "top_p": 1.5}, 400, "top_p"),
+    ({"prompt": [1], "top_k": -1}, 400, "top_k"),
+    ({"prompt": "text"}, 400, "tokenizer"),
+    ({"prompt": [1], "model": "gpt-4"}, 404, "does not exist"),
+    ({"max_tokens": 3}, 400, "prompt is required"),
+    ("{not json", 400, "not valid JSON"),
+])
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, client, body, status, words):
+    data = body if isinstance(body, str) else json.dumps(body)
+    r = httpx.post(f"{server}/v1/completions", content=data, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert words in err["message"] and err["type"]
+    assert len(client.completions.create(model="nemotron_h_tiny", prompt=[1, 2], max_tokens=2).choices[0].token_ids) == 2
+
+
+def test_chat_needs_a_chat_template(server):
+    r = httpx.post(f"{server}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
+
+
+def test_disconnect_mid_stream_frees_the_slot(server):
+    """A client that goes away after two tokens of a long generation: its slot is free again shortly after."""
+    with httpx.stream("POST", f"{server}/v1/completions",
+                      json={"prompt": [1, 2, 3], "max_tokens": 90, "stream": True}) as r:
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen += 1
+                if seen == 2:
+                    assert _metric(server, "replayssm_free_slots") < SLOTS
+                    break
+    for _ in range(100):
+        if _metric(server, "replayssm_free_slots") == SLOTS:
+            break
+        time.sleep(0.1)
+    assert _metric(server, "replayssm_free_slots") == SLOTS
+    assert _metric(server, "replayssm_requests_cancelled_total") >= 1
+
+
+def test_bounded_load_run(server):
+    """200 streamed requests from 32 clients: every one completes with its tokens (bench-serve's code path)."""
+    import asyncio
+
+    from trtllm_replayssm.serve.bench import run
+
+    res = asyncio.run(run(server, num_requests=200, concurrency=32, prompt_len=6, output_len=6, quiet=True))
+    assert res.failed == 0 and res.ok == 200, res.errors[:3]
+    assert res.tokens == 200 * 6
+    assert _metric(server, "replayssm_free_slots") == SLOTS
+
+
+def test_bench_serve_command_reports_latencies(server):
+    r = subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "bench-serve", "--url", server, "--model",
+                        "nemotron_h_tiny", "--num-requests", "8", "--concurrency", "4", "--prompt-len", "3",
+                        "--output-len", "4", "--vocab", "50", "--seed", "2", "--json", "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["requests_ok"] == 8 and s["output_tokens"] == 32 and s["ttft_ms_p50"] > 0 and s["itl_ms_p50"] > 0
