@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One GPU machine run: build the package there (kernels for sm_90, and the TensorRT plugin library when TensorRT
+# headers were carried), then the steps asked for:
+#   tests    every test in 8 concurrent shards (GPU tests included), one summary line per shard
+#   hygiene  benchmarks/kernel_hygiene.sh (compute-sanitizer memcheck / racecheck, determinism)
+#   serve    benchmarks/serve_decode.py (decode through the runtime, replay vs conventional)
+# Usage (repo root, on the GPU machine): bash benchmarks/device_run.sh OUT_DIR tests hygiene serve
+# TensorRT headers: RSSM_TENSORRT_INCLUDE_DIR, or a folder .cache/tensorrt-headers/include carried along.
+set -o pipefail
+out=${1:?output folder}; shift
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+if [ -z "${RSSM_TENSORRT_INCLUDE_DIR:-}" ] && [ -d .cache/tensorrt-headers/include ]; then
+  export RSSM_TENSORRT_INCLUDE_DIR=$PWD/.cache/tensorrt-headers/include
+fi
+t0=$(date +%s)
+RSSM_CUDA_ARCHS=${RSSM_CUDA_ARCHS:-90} python3 -m pip install -q --no-build-isolation --no-deps -e . \
+  > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+status=0
+for step in "$@"; do
+  t0=$(date +%s)
+  case $step in
+    tests)
+      logs=$(mktemp -d)
+      for shard in 0 1 2 3 4 5 6 7; do
+        RSSM_TEST_SHARD=$shard/8 OMP_NUM_THREADS=2 python3 -m pytest -q -rfE -p no:cacheprovider tests \
+          > "$logs/tests_$shard.log" 2>&1 &
+      done
+      wait
+      cat "$logs"/tests_[0-7].log > "$out/tests.log"
+      grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$logs"/tests_[0-7].log | tail -40
+      grep -qE "^(FAILED|ERROR)" "$logs"/tests_[0-7].log && status=1 ;;
+    hygiene) bash benchmarks/kernel_hygiene.sh "$out" | tail -20 || status=1 ;;
+    serve) python3 benchmarks/serve_decode.py --out "$out/serve_decode.md" 2>&1 | tail -20 || status=1 ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+  echo "$step: $(( $(date +%s) - t0 )) s"
+done
+exit $status
