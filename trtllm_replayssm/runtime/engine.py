@@ -15,6 +15,7 @@ called with the new tokens. All model work happens on the loop's thread.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -221,8 +222,16 @@ class Engine:
 
 
 def _notify(req: Request, tokens: list) -> None:
-    if req.on_event is not None:
+    """Calls the request's listener; a listener that fails (a front end's bug, a closed connection) is reported
+    and dropped, and never stops the loop that serves every other request."""
+    if req.on_event is None:
+        return
+    try:
         req.on_event(req, tokens)
+    except Exception as e:  # noqa: BLE001: any listener error is the listener's, not the engine's
+        print(f"replayssm engine: request {req.id}: listener failed ({type(e).__name__}: {e}); its events are "
+              "dropped", file=sys.stderr)
+        req.on_event = None
 
 
 def load_tokenizer(model_dir):

@@ -1,0 +1,183 @@
+"""The Triton model repository on a real tritonserver (nvidia-pytriton's bundled server and Python backend, CPU
+reference ops, bundled config): concurrent gRPC streams and plain HTTP `generate` against decoding each prompt
+alone, per-request errors while the server keeps serving, a cancelled stream freeing its slot (the model's
+replayssm_free_slots metric), and explicit unload / load without leaking slots."""
+
+import queue
+import socket
+import threading
+import time
+from functools import partial
+
+import numpy as np
+import pytest
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+httpx = pytest.importorskip("httpx")
+
+from test_runtime import assert_same_greedy, greedy_alone  # noqa: E402
+from trtllm_replayssm.network import load_network  # noqa: E402
+from trtllm_replayssm.serve.triton_env import TritonUnavailable, find_server  # noqa: E402
+from trtllm_replayssm.serve.triton_repo import write_repository  # noqa: E402
+
+SLOTS, NAME = 4, "replayssm"
+
+
+def _ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory):
+    try:
+        server = find_server(tmp_path_factory.mktemp("triton_cache"))
+    except TritonUnavailable as e:
+        pytest.skip(str(e))
+    repo = tmp_path_factory.mktemp("repo")
+    write_repository(repo, NAME, {"device": "cpu", "max_batch": SLOTS, "max_seq_len": 96, "max_queue": 64})
+    http, grpc, metrics = _ports(3)
+    log = open(repo / "server.log", "w")
+    proc = server.start(repo, http, grpc, metrics, explicit=True, load=[NAME], log=log)
+    base = f"http://127.0.0.1:{http}"
+    for _ in range(900):
+        try:
+            if httpx.get(f"{base}/v2/models/{NAME}/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"tritonserver exited: {(repo / 'server.log').read_text()[-3000:]}")
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("tritonserver did not get ready")
+    yield {"http": base, "grpc": f"127.0.0.1:{grpc}", "metrics": f"http://127.0.0.1:{metrics}/metrics"}
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except Exception:
+        proc.kill()
+    log.close()
+
+
+def _free_slots(t):
+    for line in httpx.get(t["metrics"]).text.splitlines():
+        if line.startswith("replayssm_free_slots"):
+            return float(line.split()[-1])
+    raise KeyError("replayssm_free_slots")
+
+
+def _inputs(prompt, max_tokens, stream=True):
+    ids = grpcclient.InferInput("input_ids", [len(prompt)], "INT32")
+    ids.set_data_from_numpy(np.asarray(prompt, dtype=np.int32))
+    mt = grpcclient.InferInput("max_tokens", [1], "INT32")
+    mt.set_data_from_numpy(np.asarray([max_tokens], dtype=np.int32))
+    st = grpcclient.InferInput("stream", [1], "BOOL")
+    st.set_data_from_numpy(np.asarray([stream]))
+    return [ids, mt, st]
+
+
+def _stream(t, prompt, max_tokens, cancel_after=None):
+    """One gRPC stream: (tokens, error) when the final response arrives (or after cancelling)."""
+    events = queue.Queue()
+    client = grpcclient.InferenceServerClient(t["grpc"])
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    client.async_stream_infer(NAME, _inputs(prompt, max_tokens), enable_empty_final_response=True)
+    tokens, error = [], None
+    while True:
+        result, err = events.get(timeout=120)
+        if err is not None:
+            error = str(err)
+            break
+        out = result.as_numpy("output_ids")
+        if out is not None:
+            tokens += out.reshape(-1).tolist()
+        if cancel_after is not None and len(tokens) >= cancel_after:
+            client.stop_stream(cancel_requests=True)
+            break
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+    if cancel_after is None:
+        client.stop_stream()
+    client.close()
+    return tokens, error
+
+
+def test_concurrent_grpc_streams_equal_decoding_alone(triton):
+    prompts = [[(11 * i + j) % 900 + 1 for j in range(1 + i % 9)] for i in range(16)]
+    lens = [2 + (3 * i) % 11 for i in range(16)]
+    results = [None] * 16
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _stream(triton, prompts[i], lens[i])))
+               for i in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    net = load_network(None)
+    for p, n, (got, err) in zip(prompts, lens, results):
+        assert err is None
+        want, logits = greedy_alone(net, p, n)
+        assert len(got) == n
+        assert_same_greedy(got, want, logits)
+    assert _free_slots(triton) == SLOTS
+
+
+def test_http_generate(triton):
+    r = httpx.post(f"{triton['http']}/v2/models/{NAME}/generate", json={"input_ids": [3, 4, 5], "max_tokens": 6},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    want, logits = greedy_alone(load_network(None), [3, 4, 5], 6)
+    assert_same_greedy(r.json()["output_ids"], want, logits)
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"max_tokens": 3}, "input_ids or text_input"),
+    ({"input_ids": [1, 2], "max_tokens": 0}, "max_tokens=0"),
+    ({"input_ids": list(range(1, 100)), "max_tokens": 2}, "max_seq_len"),
+    ({"input_ids": [1, 99999], "max_tokens": 2}, "vocabulary"),
+    ({"text_input": "hello", "max_tokens": 2}, "no tokenizer"),
+    ({"input_ids": [1.5, 2.5], "max_tokens": 2}, ""),
+])
+def test_bad_requests_fail_alone(triton, body, words):
+    r = httpx.post(f"{triton['http']}/v2/models/{NAME}/generate", json=body, timeout=60)
+    assert r.status_code >= 400 and words in r.json()["error"], r.text
+    ok = httpx.post(f"{triton['http']}/v2/models/{NAME}/generate", json={"input_ids": [1], "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200 and len(ok.json()["output_ids"]) == 2
+
+
+def test_wrong_input_dtype_over_grpc_is_refused(triton):
+    client = grpcclient.InferenceServerClient(triton["grpc"])
+    bad = grpcclient.InferInput("input_ids", [2], "FP32")
+    bad.set_data_from_numpy(np.asarray([1, 2], dtype=np.float32))
+    with pytest.raises(Exception, match="(?i)data.?type|dtype|expected"):
+        client.infer(NAME, [bad])
+    client.close()
+
+
+def test_cancelled_stream_frees_its_slot(triton):
+    got, err = _stream(triton, [1, 2, 3], 90, cancel_after=2)
+    assert len(got) >= 2
+    for _ in range(200):
+        if _free_slots(triton) == SLOTS:
+            break
+        time.sleep(0.1)
+    assert _free_slots(triton) == SLOTS
+
+
+def test_unload_and_load_again(triton):
+    base = triton["http"]
+    assert httpx.post(f"{base}/v2/repository/models/{NAME}/unload", timeout=120).status_code == 200
+    for _ in range(300):
+        if httpx.get(f"{base}/v2/models/{NAME}/ready").status_code != 200:
+            break
+        time.sleep(0.1)
+    assert httpx.post(f"{base}/v2/repository/models/{NAME}/load", timeout=300).status_code == 200
+    r = httpx.post(f"{base}/v2/models/{NAME}/generate", json={"input_ids": [7, 8], "max_tokens": 3}, timeout=120)
+    assert r.status_code == 200 and len(r.json()["output_ids"]) == 3
+    assert _free_slots(triton) == SLOTS

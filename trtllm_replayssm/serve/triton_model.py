@@ -1,0 +1,118 @@
+"""The Triton Python-backend model: decoupled (streaming), with in-flight batching inside.
+
+Every Triton request becomes a runtime request on one Engine, whose loop thread batches all of them; tokens go
+back through each request's response sender as the engine produces them (every step when `stream` is true, once
+at the end otherwise). A cancelled request (client gone, stream cancelled) is cancelled in the engine at the next
+step, which frees its slot. Inputs and outputs follow Triton's LLM backends (docs/triton.md): `input_ids` or
+`text_input`, `max_tokens`, `stream`, `temperature`, `top_p`, `top_k`, `random_seed`, `end_id`, `stop_words`
+-> `output_ids`, `text_output`. The model's settings come from config.pbtxt's parameters (triton_repo.py).
+
+Imported by the model repository's model.py inside Triton's Python backend stub (triton_python_backend_utils is
+only importable there).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtllm_replayssm.config import ReplayConfig
+from trtllm_replayssm.runtime import BusyError, Engine, RequestError, SamplingParams
+
+
+def _scalar(request, name, default, kind):
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    if t is None:
+        return default
+    a = t.as_numpy().reshape(-1)
+    if a.size != 1:
+        raise RequestError(f"{name} must hold one value, got {a.size}", name)
+    return kind(a[0])
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = {k: v["string_value"] for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
+        replay = ReplayConfig(int(params.get("buffer_len", 16)), params.get("state_dtype", "fp32"),
+                              read_format=params.get("read_format", "none"))
+        self.engine = Engine.create(params.get("model") or None, device=params.get("device", "cpu"),
+                                    mode=params.get("mode", "replay"), replay=replay,
+                                    dtype=params.get("dtype") or None, seed=int(params.get("seed", 0)),
+                                    max_batch=int(params.get("max_batch", 8)),
+                                    max_seq_len=int(params.get("max_seq_len", 1024)),
+                                    max_queue=int(params.get("max_queue", 256)))
+        self.engine.runner.capture_all()
+        self.engine.start()
+        # Free request slots as a custom metric on Triton's metrics endpoint (replayssm_free_slots).
+        self.metric_family = pb_utils.MetricFamily(name="replayssm_free_slots", description="free request slots",
+                                                   kind=pb_utils.MetricFamily.GAUGE)  # outlives its metric
+        self.free_slots = self.metric_family.Metric(labels={"model": args["model_name"]})
+        self.free_slots.set(self.engine.free_slots)
+
+    def _prompt(self, request):
+        ids = pb_utils.get_input_tensor_by_name(request, "input_ids")
+        if ids is not None:
+            return [int(v) for v in ids.as_numpy().reshape(-1)]
+        text = pb_utils.get_input_tensor_by_name(request, "text_input")
+        if text is None:
+            raise RequestError("one of input_ids or text_input is required", "input_ids")
+        if self.engine.tokenizer is None:
+            raise RequestError("this model has no tokenizer: send input_ids", "text_input")
+        value = text.as_numpy().reshape(-1)[0]
+        return self.engine.tokenizer.encode(value.decode() if isinstance(value, bytes) else str(value))
+
+    def _params(self, request) -> SamplingParams:
+        stop = pb_utils.get_input_tensor_by_name(request, "stop_words")
+        stop = tuple(s.decode() if isinstance(s, bytes) else str(s) for s in stop.as_numpy().reshape(-1)) \
+            if stop is not None else ()
+        end_id = _scalar(request, "end_id", None, int)
+        seed = _scalar(request, "random_seed", None, int)
+        return SamplingParams(max_tokens=_scalar(request, "max_tokens", 16, int),
+                              temperature=_scalar(request, "temperature", 0.0, float),
+                              top_p=_scalar(request, "top_p", 1.0, float), top_k=_scalar(request, "top_k", 0, int),
+                              seed=seed, stop=stop, stop_token_ids=() if end_id is None else (end_id,))
+
+    def _response(self, tokens):
+        text = self.engine.tokenizer.decode(tokens, skip_special_tokens=True) if self.engine.tokenizer else ""
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("output_ids", np.asarray(tokens, dtype=np.int32)),
+            pb_utils.Tensor("text_output", np.asarray([text.encode()], dtype=np.object_))])
+
+    def execute(self, requests):
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                stream = _scalar(request, "stream", False, bool)
+                self.engine.submit(self._prompt(request), self._params(request),
+                                   self._listener(sender, request, stream))
+            except (RequestError, BusyError, ValueError) as e:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))), flags=final)
+        return None
+
+    def _listener(self, sender, request, stream):
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        engine = self.engine
+
+        def on_event(req, tokens):
+            if req.done:
+                self.free_slots.set(engine.free_slots)
+                if req.finish_reason == "cancelled":
+                    sender.send(flags=final)
+                elif req.finish_reason == "error":
+                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                        f"the engine stopped: {engine.error}")), flags=final)
+                else:
+                    sender.send(self._response(tokens if stream else req.tokens), flags=final)
+                return
+            if sender.is_cancelled() or request.is_cancelled():
+                engine.cancel(req)
+            elif stream:
+                sender.send(self._response(tokens))
+
+        return on_event
+
+    def finalize(self):
+        self.engine.stop()
