@@ -61,11 +61,11 @@ def hf_model(tmp_path_factory):
     return model, path
 
 
-@pytest.fixture(scope="module")
-def server(hf_model):
+def _serve(model_dir):
+    """`trtllm-replayssm serve model_dir` on a free loopback port; yields its URL once /health answers."""
     port = _free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "trtllm_replayssm.cli", "serve", str(hf_model[1]), "--device",
+    proc = subprocess.Popen([sys.executable, "-m", "trtllm_replayssm.cli", "serve", str(model_dir), "--device",
                              "cpu", "--port", str(port), "--max-batch", str(SLOTS), "--max-seq-len", "96",
                              "--max-queue", "64"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
@@ -82,6 +82,11 @@ def server(hf_model):
     yield url
     proc.terminate()
     proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(hf_model):
+    yield from _serve(hf_model[1])
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +205,79 @@ def test_bench_serve_command_reports_latencies(server):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["requests_ok"] == 8 and s["output_tokens"] == 32 and s["ttft_ms_p50"] > 0 and s["itl_ms_p50"] > 0
+
+
+def _word_tokenizer(vocab_size):
+    """A real tokenizer (tokenizers' WordLevel: token i is the word "w{i-2}" after <eos> and <unk>) with a chat
+    template, as a model directory would ship it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(vocab_size - 2)]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", unk_token="<unk>")
+    tok.chat_template = "{% for m in messages %}w1 {{ m['content'] }} {% endfor %}w0"
+    return tok
+
+
+@pytest.fixture(scope="module")
+def text_server(hf_model, tmp_path_factory):
+    """The same model directory with a tokenizer beside it: text prompts, stop strings and chat."""
+    import shutil
+
+    path = tmp_path_factory.mktemp("text") / MODEL
+    shutil.copytree(hf_model[1], path)
+    tok = _word_tokenizer(hf_model[0].config.vocab_size)
+    tok.save_pretrained(path)
+    for url in _serve(path):
+        yield url, tok, load_network(str(path))
+
+
+def test_text_prompt_returns_the_decoded_tokens(text_server):
+    url, tok, net = text_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    r = client.completions.create(model=MODEL, prompt="w5 w6 w7", max_tokens=6)
+    c = r.choices[0]
+    want, logits = greedy_alone(net, tok.encode("w5 w6 w7"), 6)
+    assert_same_greedy(c.token_ids, want, logits)
+    assert c.text == tok.decode(c.token_ids) and c.text.startswith("w") and r.usage.prompt_tokens == 3
+
+
+def test_stop_string_ends_the_text_before_it_streamed_or_not(text_server):
+    """The third generated word as a stop string: the output is the text before it (not included), finish
+    'stop'; the streamed text deltas add up to the same text."""
+    url, tok, _ = text_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    full = client.completions.create(model=MODEL, prompt="w9 w3", max_tokens=8).choices[0].text
+    stop = full.split()[2]
+    want = full[:full.index(stop)]
+    r = client.completions.create(model=MODEL, prompt="w9 w3", max_tokens=8, stop=[stop]).choices[0]
+    assert r.finish_reason == "stop" and r.text == want and stop not in r.text
+    parts, finish = [], None
+    for chunk in client.completions.create(model=MODEL, prompt="w9 w3", max_tokens=8, stop=stop, stream=True):
+        parts.append(chunk.choices[0].text)
+        finish = chunk.choices[0].finish_reason or finish
+    assert "".join(parts) == want and finish == "stop"
+
+
+def test_chat_completion_applies_the_chat_template(text_server):
+    url, tok, net = text_server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    messages = [{"role": "user", "content": "w4 w8"}]
+    prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                        add_special_tokens=False)
+    assert prompt == [3, 6, 10, 2]  # w1 w4 w8 w0: the template around the message
+    want, logits = greedy_alone(net, prompt, 5)
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=5)
+    assert r.usage.prompt_tokens == 4
+    got = tok.encode(r.choices[0].message.content)
+    assert_same_greedy(got, want, logits)
+    streamed = "".join(c.choices[0].delta.content or "" for c in
+                       client.chat.completions.create(model=MODEL, messages=messages, max_tokens=5, stream=True))
+    assert streamed == r.choices[0].message.content
+
+
+def test_text_prompt_without_a_tokenizer_names_the_fix(server):
+    r = httpx.post(f"{server}/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 2})
+    assert r.status_code == 400 and "token ids" in r.json()["error"]["message"]

@@ -192,7 +192,9 @@ class Engine:
             return "stop"
         if self.tokenizer is not None:
             req.text = self.tokenizer.decode(req.tokens, skip_special_tokens=True)
-            if any(s in req.text for s in p.stop):
+            hits = [req.text.find(s) for s in p.stop if s in req.text]
+            if hits:
+                req.text = req.text[:min(hits)]  # the output ends before the stop string (OpenAI's convention)
                 return "stop"
         if len(req.tokens) >= p.max_tokens or len(req.prompt) + len(req.tokens) >= self.max_seq_len:
             return "length"
