@@ -335,11 +335,13 @@ def test_conv1d_plugin_matches_ops_and_reference(tmp_path, mode):
 
 # ---- prefill (the context phase)
 
-def _prefill_runs(drv, label, prompts, y_like):
-    """Two prefill runs over the same pool (the second restarts its rows' slots); returns their indices."""
+def _prefill_runs(drv, label, prompts, y_like, plugin):
+    """Two prefill runs over the same pool (the second restarts its rows' slots); returns their indices. The
+    prompt tensors are declared before the plugin that reads them (plugin: (name, fields, inputs))."""
     for name, t in prompts[0].items():
         drv.tensor(name, t, initial=False)
     drv.tensor("y", y_like, initial=False)
+    drv.plugin(label, *plugin, output="y")
     return [drv.run(label, **p) for p in prompts]
 
 
@@ -401,8 +403,7 @@ def test_prefill_plugins_match_ops(tmp_path, family):
                                                        slot_idx=p["slot_idx"])
         y_like, finals, name, inputs = prompts[0]["x"], dict(state=state), trt_plugins.CONV1D_PREFILL, \
             trt_plugins.conv1d_prefill_inputs(fields)
-    drv.plugin("prefill", name, fields, inputs, output="y")
-    runs = _prefill_runs(drv, "prefill", prompts, y_like)
+    runs = _prefill_runs(drv, "prefill", prompts, y_like, (name, fields, inputs))
     drv.execute()
     for i, p in enumerate(prompts):
         _check_prefill_y(drv.out(runs[i], "y"), run_ops(p), p["lengths"], p["slot_idx"], f"{family} run {i}")

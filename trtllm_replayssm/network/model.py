@@ -128,7 +128,11 @@ class HybridLM(nn.Module):
 
     # ---- phases ----
     def _rope(self, h, positions):
-        return None if self.rotary is None else self.rotary(h, positions)
+        """(cos, sin) at positions [b, S]: the text rotary takes a (3, b, S) grid of positions (temporal, height,
+        width: equal for text), which transformers 5.17 requires and later versions accept."""
+        if self.rotary is None:
+            return None
+        return self.rotary(h, positions[None].expand(3, *positions.shape))
 
     def _logits(self, h):
         return self.lm_head(self.final_norm(h)).float()
