@@ -8,7 +8,7 @@ import torch
 
 from trtllm_replayssm.network import load_network
 from trtllm_replayssm.runtime import (BusyError, Engine, Request, RequestError, SamplingParams, Scheduler,
-                                      Status)
+                                      Status, slots_in_budget)
 from trtllm_replayssm.runtime.sampling import filtered_probs
 
 
@@ -167,3 +167,18 @@ def test_network_state_is_released_with_the_slot():
     for name, t in e.runner.state.tensors.items():
         rows = t[:2]
         assert not rows.any(), f"{name} still holds a finished request's state"
+
+
+def test_pool_budget_caps_the_slots_at_what_a_real_allocation_takes():
+    """The budget is measured on a real one-slot state: an engine made with room for 2.5 slots gets 2, whose
+    allocated state fits the budget; a budget below one slot is refused naming both sizes."""
+    net = load_network(None)
+    per_slot = net.new_state(1, 48).bytes_per_slot
+    assert net.new_state(1, 96).bytes_per_slot > per_slot  # the KV cache grows with max_seq_len
+    budget = 2 * per_slot + per_slot // 2
+    assert slots_in_budget(net, budget, 48) == 2
+    e = Engine.create(None, max_batch=8, max_seq_len=48, pool_budget=budget)
+    assert e.max_batch == 2 and e.free_slots == 2
+    assert 2 * e.runner.state.bytes_per_slot <= budget
+    with pytest.raises(ValueError, match=f"{per_slot - 1} bytes holds no request.*takes {per_slot} bytes"):
+        slots_in_budget(net, per_slot - 1, 48)

@@ -26,6 +26,9 @@ def add_runtime(p) -> None:
                    help="request slots (concurrent requests; default %(default)s)")
     p.add_argument("--max-seq-len", type=cli.int_range(2, 1 << 20), default=1024,
                    help="tokens per request, prompt included (default %(default)s)")
+    p.add_argument("--pool-gib", type=cli.float_range(0.0, 1 << 20, lo_open=True), default=None,
+                   help="GiB of per-request state (SSM pools, conv state, KV cache) the slots may take: caps "
+                        "--max-batch at what fits (default: no cap)")
     p.add_argument("--max-queue", type=cli.int_range(0, 1 << 20), default=256,
                    help="requests waiting for a slot before new ones get a busy error (default %(default)s)")
     cli.add_seed(p)
@@ -40,7 +43,8 @@ def engine_from_args(args):
         replay = ReplayConfig(args.buffer_len, args.state_dtype, read_format=args.read_format)
         engine = Engine.create(args.model, device=device, mode=args.mode, replay=replay, dtype=args.dtype,
                                seed=args.seed, max_batch=args.max_batch, max_seq_len=args.max_seq_len,
-                               max_queue=args.max_queue)
+                               max_queue=args.max_queue,
+                               pool_budget=None if args.pool_gib is None else int(args.pool_gib * 2**30))
     return engine
 
 

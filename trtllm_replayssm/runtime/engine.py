@@ -69,11 +69,16 @@ class Engine:
 
     @classmethod
     def create(cls, model=None, *, device="cpu", mode="replay", replay: ReplayConfig | None = None, dtype=None,
-               seed: int = 0, **kw) -> "Engine":
+               seed: int = 0, pool_budget: int | None = None, max_batch: int = 8, max_seq_len: int = 2048,
+               **kw) -> "Engine":
+        """An engine over load_network(model, ...). pool_budget: bytes of per-request state (SSM pools, conv
+        state, KV cache) the slots may take; it caps max_batch at what fits."""
         from trtllm_replayssm.network import load_network
 
         net = load_network(model, device=device, mode=mode, replay=replay, dtype=dtype, seed=seed)
-        return cls(net, tokenizer=load_tokenizer(net.model_dir), **kw)
+        if pool_budget is not None:
+            max_batch = min(max_batch, slots_in_budget(net, pool_budget, max_seq_len))
+        return cls(net, tokenizer=load_tokenizer(net.model_dir), max_batch=max_batch, max_seq_len=max_seq_len, **kw)
 
     # ---- requests ----
     def check(self, prompt, params: SamplingParams) -> None:
@@ -188,7 +193,9 @@ class Engine:
             return "stop"
         if self.tokenizer is not None:
             req.text = self.tokenizer.decode(req.tokens, skip_special_tokens=True)
-            if any(s in req.text for s in p.stop):
+            hits = [req.text.find(s) for s in p.stop if s in req.text]
+            if hits:
+                req.text = req.text[:min(hits)]  # the output ends before the stop string (OpenAI's convention)
                 return "stop"
         if len(req.tokens) >= p.max_tokens or len(req.prompt) + len(req.tokens) >= self.max_seq_len:
             return "length"
@@ -234,6 +241,15 @@ def _notify(req: Request, tokens: list) -> None:
         req.on_event = None
 
 
+def slots_in_budget(net, pool_budget: int, max_seq_len: int) -> int:
+    """Request slots whose state (measured on a real one-slot allocation) fits in pool_budget bytes."""
+    per_slot = net.new_state(1, max_seq_len).bytes_per_slot
+    if pool_budget < per_slot:
+        raise ValueError(f"pool budget of {pool_budget} bytes holds no request: one slot of {net.name} at "
+                         f"max_seq_len={max_seq_len} takes {per_slot} bytes")
+    return pool_budget // per_slot
+
+
 def load_tokenizer(model_dir):
     """The model directory's tokenizer (local files only), or None when it has none."""
     if model_dir is None or not any((model_dir / f).exists() for f in ("tokenizer.json", "tokenizer_config.json",
@@ -244,4 +260,4 @@ def load_tokenizer(model_dir):
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
 
 
-__all__ = ["Engine", "Metrics", "Status"]
+__all__ = ["Engine", "Metrics", "Status", "load_tokenizer", "slots_in_budget"]

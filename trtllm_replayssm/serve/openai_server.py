@@ -141,10 +141,11 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "messages must be a non-empty list", "messages")
         try:
-            prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception as e:  # the template's own complaint about the messages
             raise ApiError(400, f"messages do not fit the chat template: {e}", "messages") from None
-        return await _serve(engine, model_name, [list(prompt)], _sampling(body, engine), body, http, chat=True)
+        prompt = tok.encode(text, add_special_tokens=False)  # the template wrote the special tokens it wants
+        return await _serve(engine, model_name, [prompt], _sampling(body, engine), body, http, chat=True)
 
     return app
 
@@ -155,8 +156,8 @@ async def _serve(engine: Engine, model_name: str, prompts: list, params: Samplin
     queues = [asyncio.Queue() for _ in prompts]
     reqs = []
 
-    def listener(q):
-        return lambda req, tokens: loop.call_soon_threadsafe(q.put_nowait, (list(tokens), req.done))
+    def listener(q):  # runs on the engine's thread: snapshot the request's state with the event
+        return lambda req, tokens: loop.call_soon_threadsafe(q.put_nowait, (list(tokens), req.done, req.text))
 
     try:
         for p, q in zip(prompts, queues):
@@ -182,7 +183,7 @@ async def _serve(engine: Engine, model_name: str, prompts: list, params: Samplin
         for r in reqs:
             engine.cancel(r)
         raise
-    choices = [_choice(engine, i, r, r.tokens, r.finish_reason, chat, final=True) for i, r in enumerate(reqs)]
+    choices = [_choice(i, r.tokens, r.text, r.finish_reason, chat, final=True) for i, r in enumerate(reqs)]
     n_prompt = sum(len(p) for p in prompts)
     n_out = sum(len(r.tokens) for r in reqs)
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
@@ -204,13 +205,18 @@ async def _next(q: asyncio.Queue, http: HttpRequest):
                 raise ClientGone() from None
 
 
-def _text(engine: Engine, tokens: list) -> str:
-    tok = engine.tokenizer
-    return "" if tok is None else tok.decode(tokens, skip_special_tokens=True)
+def _settled(text: str, done: bool, stop: tuple) -> str:
+    """The part of a request's text that later tokens cannot change: all of it once done; before that, without
+    a trailing incomplete character and without the tail that may still become the start of a stop string
+    (the engine cuts a matched stop string off)."""
+    if done:
+        return text
+    text = text.rstrip("\ufffd")
+    hold = max((len(s) for s in stop), default=1) - 1
+    return text[:len(text) - hold] if hold else text
 
 
-def _choice(engine, index, req, tokens, finish_reason, chat, final=False):
-    text = _text(engine, tokens)
+def _choice(index, tokens, text, finish_reason, chat, final=False):
     out = {"index": index, "finish_reason": finish_reason, "token_ids": list(tokens)}
     if chat:
         out["message" if final else "delta"] = {"role": "assistant", "content": text}
@@ -223,13 +229,15 @@ async def _stream(engine, reqs, queues, rid, created, model_name, chat, http):
     obj = "chat.completion.chunk" if chat else "text_completion"
     try:
         for i, (req, q) in enumerate(zip(reqs, queues)):
-            sent = 0
+            sent = sent_text = 0
             while True:
-                tokens, done = await _next(q, http)
+                tokens, done, text = await _next(q, http)
                 delta = req.tokens[sent:sent + len(tokens)] if tokens else []
                 sent += len(delta)
+                text = _settled(text, done, req.params.stop)
+                delta_text, sent_text = text[sent_text:], max(sent_text, len(text))
                 chunk = {"id": rid, "object": obj, "created": created, "model": model_name,
-                         "choices": [_choice(engine, i, req, delta, req.finish_reason if done else None, chat)]}
+                         "choices": [_choice(i, delta, delta_text, req.finish_reason if done else None, chat)]}
                 yield f"data: {json.dumps(chunk)}\n\n"
                 if done:
                     break
