@@ -178,9 +178,34 @@ BAD = [
     (["bench-serve", "--quiet", "--json", "--nosuch"], ["unrecognized arguments", "--nosuch"]),
 ]
 
+BAD += [
+    (["triton-repo"], ["--output", "required"]),
+    (["triton-repo", "--output", "{notjson}"], ["--output", "not a folder"]),
+    (["triton-repo", "--output", "{empty}/r", "nosuch"], ["model", "'nosuch'"]),
+    (["triton-repo", "--output", "{empty}/r", "--device", "tpu"], ["--device", "'tpu'"]),
+    (["triton-repo", "--output", "{empty}/r", "--mode", "x"], ["--mode", "invalid choice"]),
+    (["triton-repo", "--output", "{empty}/r", "--buffer-len", "99"], _range("--buffer-len", 1, 64)),
+    (["triton-repo", "--output", "{empty}/r", "--state-dtype", "fp8"], ["--state-dtype", "invalid choice"]),
+    (["triton-repo", "--output", "{empty}/r", "--read-format", "x"], ["--read-format", "invalid choice"]),
+    (["triton-repo", "--output", "{empty}/r", "--dtype", "x"], ["--dtype", "invalid choice"]),
+    (["triton-repo", "--output", "{empty}/r", "--max-batch", "0"], _range("--max-batch", 1, 4096)),
+    (["triton-repo", "--output", "{empty}/r", "--max-seq-len", "0"], _range("--max-seq-len", 2, 1 << 20)),
+    (["triton-repo", "--output", "{empty}/r", "--max-queue", "-2"], _range("--max-queue", 0, 1 << 20)),
+    (["triton-repo", "--output", "{empty}/r", "--pool-gib", "-1"], ["--pool-gib", "out of range"]),
+    (["triton-repo", "--output", "{empty}/r", "--seed", "-1"], _range("--seed", 0, 2**63 - 1)),
+    (["triton-repo", "--output", "{empty}/r", "--name", ""], ["--name", "empty"]),
+    (["triton", "--http-port", "0"], _range("--http-port", 1, 65535)),
+    (["triton", "--grpc-port", "70000"], _range("--grpc-port", 1, 65535)),
+    (["triton", "--metrics-port", "-1"], _range("--metrics-port", 1, 65535)),
+    (["triton", "--http-port", "9000", "--grpc-port", "9000"], ["must differ"]),
+    (["triton", "--name", "", "--device", "cpu", "--mode", "replay", "--buffer-len", "4", "--state-dtype", "fp32",
+      "--read-format", "none", "--dtype", "fp32", "--max-batch", "2", "--max-seq-len", "8", "--max-queue", "1",
+      "--pool-gib", "1", "--seed", "1"], ["--name", "empty"]),
+]
+
 # Commands that start or need a running server: their good runs are real server processes in
 # tests/test_serve.py, not in-process rows here; the property-based test draws only refused argument lists.
-SERVERS = {"serve", "bench-serve"}
+SERVERS = {"serve", "bench-serve", "triton"}
 
 # (argv, words the output shows); small sizes so that the whole table runs in seconds.
 GOOD = [
@@ -205,6 +230,13 @@ GOOD = [
     (["info"], ["kernel library", "Mamba-2: head_dim", "Gated DeltaNet and KDA: head_k_dim and head_v_dim"]),
 ]
 
+GOOD += [
+    (["triton-repo", "--output", "{empty}/repo", "{model}", "--device", "cpu", "--mode", "conventional",
+      "--buffer-len", "4", "--state-dtype", "bf16", "--read-format", "none", "--dtype", "fp32", "--max-batch", "2",
+      "--max-seq-len", "64", "--max-queue", "3", "--pool-gib", "1", "--seed", "4", "--name", "m"],
+     ["wrote", "m/config.pbtxt", "m/1/model.py"]),
+]
+
 # Values the property-based test draws: small good ones (valid runs stay fast) and bad ones of every kind.
 SMALL_GOOD = {
     "--config": ["nemotron_h_tiny", "{gdn_tiny}"], "--model": ["nemotron_h_tiny", "qwen3_5_4b"],
@@ -221,4 +253,5 @@ BAD_VALUES = ["0", "-1", "-7", "65", "4097", "99999999999999999999", "2.5", "nan
               "a,b", "5,,6", ",", "\x00", "\u00e9"]
 # Prepended to every random argument list (later flags override them): the defaults of these runs are long.
 SMALL_PREFIX = {"run": ["--steps", "2", "--batch", "2"], "drift": ["--steps", "3", "--heads", "2"],
-                "build": ["--dry-run"], "serve": ["--nosuch"], "bench-serve": ["--nosuch"]}
+                "build": ["--dry-run"], "serve": ["--nosuch"], "bench-serve": ["--nosuch"],
+                "triton": ["--nosuch"], "triton-repo": ["--output", "{empty}/prop"]}

@@ -195,3 +195,22 @@ def test_spec_state_limits_are_refused():
         net.new_state(2, 16, spec_tokens=3)
     with pytest.raises(NetworkError, match="spec_tokens=9"):
         net.new_state(2, 16, spec_tokens=9)
+
+
+def test_nemotron_checkpoint_names_and_saved_config_load(tmp_path):
+    """A Nemotron-H directory as transformers saves it (weights under `backbone.`, time_step_limit with an encoded
+    infinity) loads with its weights."""
+    import json
+
+    from safetensors.torch import save_file
+    model = make_model("nemotron_h")
+    sd = {("backbone." + k[len("model."):] if k.startswith("model.") else k): v.contiguous()
+          for k, v in model.state_dict().items()}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    cfg = model.config.to_dict() | {"time_step_limit": [0.0, {"__float__": "Infinity"}]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg, default=str))
+    net = load_network(str(tmp_path), replay=ReplayConfig(L, "fp32", "fp32"))
+    ref = HybridLM(make_model("nemotron_h"), replay=ReplayConfig(L, "fp32", "fp32"))
+    s1, s2 = net.new_state(2, 16), ref.new_state(2, 16)
+    ids, lens, slots = torch.tensor([[4, 5, 6]]), torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    assert torch.equal(net.prefill(s1, ids, lens, slots), ref.prefill(s2, ids, lens, slots))

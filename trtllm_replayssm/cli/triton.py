@@ -19,14 +19,12 @@ def _settings(args) -> dict:
             else args.model, "device": str(dev), "mode": args.mode, "buffer_len": args.buffer_len,
             "state_dtype": args.state_dtype, "read_format": args.read_format, "dtype": args.dtype,
             "max_batch": args.max_batch, "max_seq_len": args.max_seq_len, "max_queue": args.max_queue,
-            "seed": args.seed}
+            "pool_gib": args.pool_gib, "seed": args.seed}
 
 
 def _common(p) -> None:
     add_runtime(p)
     p.add_argument("--name", type=cli.non_empty, default="replayssm", help="the model's name in the repository")
-    p.add_argument("--engine", default=None, metavar="DIR",
-                   help="an engine built by `build` (needs TensorRT on a GPU it supports)")
 
 
 def register(sub):
@@ -42,20 +40,13 @@ def register(sub):
     q.set_defaults(func=main_server)
 
 
-def _refuse_engine(args) -> None:
-    if args.engine is not None:
-        raise cli.UsageError("--engine: running a built engine needs TensorRT on a GPU it supports, which the "
-                             "Triton model does not drive yet; serve the PyTorch runtime (omit --engine)")
-
-
 def main_repo(args) -> int:
     from trtllm_replayssm.serve.triton_repo import write_repository
 
-    _refuse_engine(args)
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise cli.UsageError(f"--output {out} exists and is not a folder")
     with cli.usage_errors():
-        out = Path(args.output)
-        if out.exists() and not out.is_dir():
-            raise cli.UsageError(f"--output {out} exists and is not a folder")
         model = write_repository(out, args.name, _settings(args))
     print(f"wrote {model}/config.pbtxt and {model}/1/model.py")
     return 0
@@ -65,7 +56,6 @@ def main_server(args) -> int:
     from trtllm_replayssm.serve.triton_env import TritonUnavailable, find_server
     from trtllm_replayssm.serve.triton_repo import write_repository
 
-    _refuse_engine(args)
     ports = {args.http_port, args.grpc_port, args.metrics_port}
     if len(ports) < 3:
         raise cli.UsageError("--http-port, --grpc-port and --metrics-port must differ")

@@ -211,8 +211,22 @@ def _refuse_unsupported(cfg: dict) -> None:
     if plan.of_kind("mamba2") and act != "silu":
         raise NetworkError(f"mamba_hidden_act={act!r} is not supported (the conv1d ops apply SiLU)")
     limit = text.get("time_step_limit")
-    if plan.of_kind("mamba2") and limit is not None and (limit[0] > 0 or limit[1] != float("inf")):
-        raise NetworkError(f"time_step_limit={limit} is not supported (the ops do not clamp dt)")
+    if plan.of_kind("mamba2") and limit is not None:
+        lo, hi = (float(v) for v in limit)
+        if lo > 0 or hi != float("inf"):
+            raise NetworkError(f"time_step_limit={[lo, hi]} is not supported (the ops do not clamp dt)")
+
+
+def _decode_floats(value):
+    """A config with transformers' JSON encoding of non-finite floats ({"__float__": "Infinity"}, as
+    save_pretrained writes them) decoded to floats."""
+    if isinstance(value, dict):
+        if set(value) == {"__float__"}:
+            return float(value["__float__"])
+        return {k: _decode_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_floats(v) for v in value]
+    return value
 
 
 def _hf_classes(cfg: dict):
@@ -228,6 +242,11 @@ def _hf_classes(cfg: dict):
     raise NetworkError(f"model_type={mt!r} is not supported (supported: nemotron_h, qwen3_5, qwen3_5_moe)")
 
 
+# Checkpoint name prefixes and the module names they load into: multimodal Qwen3.5 checkpoints keep the text
+# model under model.language_model; Nemotron-H checkpoints name it backbone.
+_WEIGHT_PREFIXES = (("model.language_model.", "model."), ("backbone.", "model."))
+
+
 def _load_weights(hf, model_dir: Path) -> None:
     """The directory's safetensors into `hf` (names of text-only or multimodal checkpoints); every parameter
     must be found, except an LM head tied to the embedding."""
@@ -236,7 +255,11 @@ def _load_weights(hf, model_dir: Path) -> None:
     state = {}
     for f in sorted(model_dir.glob("*.safetensors")):
         for k, v in load_file(str(f)).items():
-            state[k.replace("model.language_model.", "model.")] = v
+            for saved, ours in _WEIGHT_PREFIXES:
+                if k.startswith(saved):
+                    k = ours + k[len(saved):]
+                    break
+            state[k] = v
     missing, _ = hf.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and hf.config.tie_word_embeddings)]
     if missing:
@@ -257,6 +280,7 @@ def load_network(model=None, *, device="cpu", mode: str = "replay", replay: Repl
         cfg = load_config(model)
     except (FileNotFoundError, json.JSONDecodeError) as e:
         raise NetworkError(str(e)) from None
+    cfg = _decode_floats(cfg)
     _refuse_unsupported(cfg)
     device = torch.device(device)
     text = dict(cfg.get("text_config", cfg))

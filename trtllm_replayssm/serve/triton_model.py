@@ -42,7 +42,9 @@ class TritonPythonModel:
                                     dtype=params.get("dtype") or None, seed=int(params.get("seed", 0)),
                                     max_batch=int(params.get("max_batch", 8)),
                                     max_seq_len=int(params.get("max_seq_len", 1024)),
-                                    max_queue=int(params.get("max_queue", 256)))
+                                    max_queue=int(params.get("max_queue", 256)),
+                                    pool_budget=int(float(params["pool_gib"]) * 2**30) if params.get("pool_gib")
+                                    else None)
         self.engine.runner.capture_all()
         self.engine.start()
         # Free request slots as a custom metric on Triton's metrics endpoint (replayssm_free_slots).
