@@ -33,8 +33,8 @@ def _inputs(cfg, seed=1):
                 C=r(b, G, N).to(cfg.act_dtype), A=-r(H).abs(), D=r(H), dt_bias=r(H))
 
 
-@pytest.mark.parametrize("cfg", [ReplayConfig(4, "fp32", "fp32"), ReplayConfig(4, "bf16", "bf16", "fp8")],
-                         ids=["fp32", "bf16-fp8read"])
+@pytest.mark.parametrize("cfg", [ReplayConfig(4, "fp32", "fp32"), ReplayConfig(4, "bf16", "bf16")],
+                         ids=["fp32", "bf16"])
 def test_replay_decode_op_equals_the_op(cfg):
     ref, mine = _pool(cfg), _pool(cfg)
     for step in range(5):  # crosses a flush (cursors start at 0..3 with L=4)
@@ -84,8 +84,9 @@ def test_export_records_one_node_and_the_mutated_buffers():
     args = _inputs(cfg)
     inputs = (args["x"], args["dt"], args["B"], args["C"], args["A"], SLOTS)
     ep = torch.export.export(_Step(_pool(cfg)), inputs, strict=False)
-    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
-    assert targets == ["rssm.mamba2_replay_decode.default"], targets
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function" and "getitem" not in str(n.target)]
+    # the op, then the write-back of its new state (one copy per buffer)
+    assert targets == ["rssm.mamba2_replay_decode.default"] + ["aten.copy_.default"] * len(pool.buffers), targets
     mutated = set(ep.run_decompositions({}).graph_signature.buffers_to_mutate.values())
     assert mutated == set(pool.buffers), mutated
     step = ep.module()
