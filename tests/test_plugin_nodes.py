@@ -2,6 +2,11 @@
 plugin's fields and input order (trt_plugins), outputs y then the written state; the exported graph, run by
 onnx.reference with the plugin node implemented by the project's ops, equals the eager op (output and state)."""
 
+import importlib.util
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -49,8 +54,9 @@ class ReplaySSMMamba2Decode(OpRun):
         args = {k: named[k] for k in ("x", "dt", "B", "C", "A")}
         kw = dict(D=named.get("D"), dt_bias=named.get("dt_bias"), slot_idx=named["slot_idx"])
         if f["mode"]:
-            pool = Mamba2StatePool.over(Mamba2LayerShape(f["nheads"], f["head_dim"], f["dstate"], f["ngroups"]), cfg,
-                                        {"checkpoint": named["state"], **{n: named[n] for n in library.REPLAY_BUFFERS[1:]}})
+            shape = Mamba2LayerShape(f["nheads"], f["head_dim"], f["dstate"], f["ngroups"])
+            buffers = {"checkpoint": named["state"], **{n: named[n] for n in library.REPLAY_BUFFERS[1:]}}
+            pool = Mamba2StatePool.over(shape, cfg, buffers)
             y = mamba2_ops.replay_decode(pool, **args, **kw)
             state = [pool.buffers[n] for n in library.REPLAY_BUFFERS]
         else:
@@ -59,17 +65,22 @@ class ReplaySSMMamba2Decode(OpRun):
         return tuple(t.numpy() for t in (y, *state))
 
 
-@pytest.mark.parametrize("mode", ["replay", "conventional"])
-def test_exported_plugin_node_runs_like_the_op(mode, tmp_path):
-    cfg = ReplayConfig(4, "fp32", "fp32")
-    pool, ref = _pool(cfg), _pool(cfg)
+def _export(mode, cfg, pool):
+    """The exported ONNX model of one decode step, and its inputs (a pool's buffers as the state)."""
     a = _inputs(cfg)
     state_names = list(library.REPLAY_BUFFERS) if mode == "replay" else ["checkpoint"]
     inputs = tuple(a[n] for n in NAMES[:-1]) + (SLOTS,) + tuple(pool.buffers[n] for n in state_names)
     prog = torch.onnx.export(_Step(mode, cfg), inputs, dynamo=True, custom_translation_table=translation_table(),
                              input_names=NAMES + state_names, output_names=["y"] + [f"{n}.out" for n in state_names],
                              verbose=False)
-    model = prog.model_proto
+    return prog.model_proto, a, state_names, inputs
+
+
+@pytest.mark.parametrize("mode", ["replay", "conventional"])
+def test_exported_plugin_node_runs_like_the_op(mode):
+    cfg = ReplayConfig(4, "fp32", "fp32")
+    pool, ref = _pool(cfg), _pool(cfg)
+    model, a, state_names, inputs = _export(mode, cfg, pool)
     (node,) = [n for n in model.graph.node if n.domain == trt_plugins.PLUGIN_NAMESPACE]
     # conventional decode has no ring: its node carries the default buffer_len (the plugin does not read it)
     plugin_cfg = cfg if mode == "replay" else ReplayConfig(state_dtype=cfg.state_dtype, act_dtype=cfg.act_dtype)
@@ -94,3 +105,54 @@ def test_exported_plugin_node_runs_like_the_op(mode, tmp_path):
         assert (t == ref.buffers[n].numpy()).all(), n
     # the step wrote state (the comparison above is not between two untouched copies)
     assert not (got[1] == pool.buffers["checkpoint"].numpy()).all()
+
+
+BUILD_SCRIPT = """
+import json, sys
+from trtllm_replayssm import trt_plugins as tp
+trt = tp.tensorrt_module()
+errors = []
+class Logger(trt.ILogger):
+    def log(self, severity, msg):
+        if severity <= trt.ILogger.Severity.ERROR:
+            errors.append(msg)
+logger = Logger()
+builder = trt.Builder(logger)
+builder.get_plugin_registry().load_library(str(tp.library_path()))
+network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+parser = trt.OnnxParser(network, logger)
+engine = None
+if parser.parse(open(sys.argv[1], "rb").read()):
+    config = builder.create_builder_config()
+    tp.enable_aliased_io(config, trt=trt)
+    config.num_compute_capabilities = 1
+    config.set_compute_capability(trt.ComputeCapability.SM89, 0)
+    engine = builder.build_serialized_network(network, config)
+errors += [str(parser.get_error(i)) for i in range(parser.num_errors)]
+print(json.dumps({"bytes": 0 if engine is None else len(bytes(engine)), "errors": errors}))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt_rtx") is None,
+                    reason="tensorrt_rtx is not installed (pip install tensorrt-rtx==1.7.1.116)")
+@pytest.mark.skipif(not (trt_plugins.native_dir() / "libreplayssm_trt.so").exists(),
+                    reason="libreplayssm_trt.so is missing (build with RSSM_TENSORRT=1, RSSM_CUDA_ARCHS including 89)")
+@pytest.mark.parametrize("mode", ["replay", "conventional"])
+def test_exported_graph_builds_an_sm89_engine_with_tensorrt_rtx(mode, tmp_path):
+    """The exporter's plugin node (domain = plugin namespace) reaches the plugin through TensorRT-RTX's ONNX
+    parser; the build runs in a child process (the parser finds libtensorrt_rtx.so through LD_LIBRARY_PATH)."""
+    import json
+
+    trt_plugins.check_targets([89])
+    cfg = ReplayConfig(4, "fp32", "fp32")
+    model, *_ = _export(mode, cfg, _pool(cfg))
+    path = tmp_path / "step.onnx"
+    path.write_bytes(model.SerializeToString())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(trt_plugins.prepare_tensorrt_rtx()),
+                                                           env.get("LD_LIBRARY_PATH")]))
+    run = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(path)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["errors"] == [] and result["bytes"] > 0, result
