@@ -119,6 +119,23 @@ class StatePool:
         self.device = self.buffers["checkpoint"].device  # "cuda" resolved to "cuda:<current>"
         self.latency_route_bytes = latency_route_limit(shape, cfg)
 
+    @classmethod
+    def over(cls, shape, cfg: ReplayConfig, buffers: dict) -> "StatePool":
+        """A pool over existing buffers (name -> [slots, ...] tensor, the names and slot shapes of the specs):
+        the functional ops (ops/library.py) take a pool's tensors and rebuild the pool around them."""
+        pool = cls.__new__(cls)
+        pool.shape, pool.cfg = shape, cfg
+        pool.specs = cls.buffer_specs(shape, cfg)
+        missing = [s.name for s in pool.specs if s.name not in buffers]
+        if missing:
+            raise ValueError(f"buffers lack {', '.join(missing)} (a {cls.__name__} needs "
+                             f"{', '.join(s.name for s in pool.specs)})")
+        pool.buffers = {s.name: buffers[s.name] for s in pool.specs}
+        pool.num_slots = pool.buffers["checkpoint"].shape[0]
+        pool.device = pool.buffers["checkpoint"].device
+        pool.latency_route_bytes = latency_route_limit(shape, cfg)
+        return pool
+
     def flushes_every_row(self, batch: int) -> bool:
         """Whether a replay step of `batch` rows (padding included) takes the latency route: their fp32
         checkpoints total at most latency_route_bytes (config.py; the kernels decide the same)."""

@@ -1,0 +1,158 @@
+"""The ONNX export of the custom decode ops (builder/plugin_nodes.py): one TensorRT plugin node per op with the
+plugin's fields and input order (trt_plugins), outputs y then the written state; the exported graph, run by
+onnx.reference with the plugin node implemented by the project's ops, equals the eager op (output and state)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx.reference.op_run import OpRun  # noqa: E402
+
+from test_ops_library import SHAPE, SLOTS, _inputs, _pool  # noqa: E402
+from trtllm_replayssm import trt_plugins  # noqa: E402
+from trtllm_replayssm.builder.plugin_nodes import translation_table  # noqa: E402
+from trtllm_replayssm.config import DTYPE_CODES, Mamba2LayerShape, ReplayConfig  # noqa: E402
+from trtllm_replayssm.ops import library  # noqa: E402
+from trtllm_replayssm.ops import mamba2 as mamba2_ops  # noqa: E402
+from trtllm_replayssm.pool import Mamba2StatePool  # noqa: E402
+
+NAMES = ["x", "dt", "B", "C", "A", "D", "dt_bias", "slot_idx"]
+
+
+class _Step(torch.nn.Module):
+    def __init__(self, mode, cfg):
+        super().__init__()
+        self.mode, self.cfg = mode, cfg
+
+    def forward(self, x, dt, B, C, A, D, dt_bias, slot_idx, *state):
+        args = dict(D=D, dt_bias=dt_bias, slot_idx=slot_idx)
+        if self.mode == "replay":
+            pool = Mamba2StatePool.over(SHAPE, self.cfg, dict(zip(library.REPLAY_BUFFERS, state)))
+            return library.mamba2_replay_decode(pool, x, dt, B, C, A, **args), *state
+        return library.mamba2_conventional_decode(state[0], x, dt, B, C, A, **args), state[0]
+
+
+class ReplaySSMMamba2Decode(OpRun):
+    """The plugin node run by the project's ops: inputs in the plugin's order, fields as attributes."""
+
+    op_domain = trt_plugins.PLUGIN_NAMESPACE
+
+    def _run(self, *inputs, **attrs):
+        f = {k: int(v) for k, v in attrs.items() if k not in ("plugin_version", "plugin_namespace")}
+        named = dict(zip(trt_plugins.mamba2_decode_inputs(f), (torch.from_numpy(a.copy()) for a in inputs)))
+        codes = {v: k for k, v in DTYPE_CODES.items()}
+        cfg = ReplayConfig(f["buffer_len"], codes[f["state_dtype"]], codes[f["act_dtype"]],
+                           latency_route_bytes=f["latency_route_kib"] * 1024 if f["mode"] else None)
+        args = {k: named[k] for k in ("x", "dt", "B", "C", "A")}
+        kw = dict(D=named.get("D"), dt_bias=named.get("dt_bias"), slot_idx=named["slot_idx"])
+        if f["mode"]:
+            shape = Mamba2LayerShape(f["nheads"], f["head_dim"], f["dstate"], f["ngroups"])
+            buffers = {"checkpoint": named["state"], **{n: named[n] for n in library.REPLAY_BUFFERS[1:]}}
+            pool = Mamba2StatePool.over(shape, cfg, buffers)
+            y = mamba2_ops.replay_decode(pool, **args, **kw)
+            state = [pool.buffers[n] for n in library.REPLAY_BUFFERS]
+        else:
+            y = mamba2_ops.conventional_decode(named["state"], **args, **kw)
+            state = [named["state"]]
+        return tuple(t.numpy() for t in (y, *state))
+
+
+def _export(mode, cfg, pool):
+    """The exported ONNX model of one decode step, and its inputs (a pool's buffers as the state)."""
+    a = _inputs(cfg)
+    state_names = list(library.REPLAY_BUFFERS) if mode == "replay" else ["checkpoint"]
+    inputs = tuple(a[n] for n in NAMES[:-1]) + (SLOTS,) + tuple(pool.buffers[n] for n in state_names)
+    prog = torch.onnx.export(_Step(mode, cfg), inputs, dynamo=True, custom_translation_table=translation_table(),
+                             input_names=NAMES + state_names, output_names=["y"] + [f"{n}.out" for n in state_names],
+                             verbose=False)
+    return prog.model_proto, a, state_names, inputs
+
+
+@pytest.mark.parametrize("mode", ["replay", "conventional"])
+def test_exported_plugin_node_runs_like_the_op(mode):
+    cfg = ReplayConfig(4, "fp32", "fp32")
+    pool, ref = _pool(cfg), _pool(cfg)
+    model, a, state_names, inputs = _export(mode, cfg, pool)
+    (node,) = [n for n in model.graph.node if n.domain == trt_plugins.PLUGIN_NAMESPACE]
+    # conventional decode has no ring: its node carries the default buffer_len (the plugin does not read it)
+    plugin_cfg = cfg if mode == "replay" else ReplayConfig(state_dtype=cfg.state_dtype, act_dtype=cfg.act_dtype)
+    fields = trt_plugins.mamba2_decode_fields(SHAPE, plugin_cfg, mode=mode, has_z=False)
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    assert node.op_type == trt_plugins.MAMBA2_DECODE
+    assert attrs == {**fields, "plugin_version": trt_plugins.PLUGIN_VERSION.encode(),
+                     "plugin_namespace": trt_plugins.PLUGIN_NAMESPACE.encode()}
+    want_inputs = ["checkpoint" if n == "state" else n for n in trt_plugins.mamba2_decode_inputs(fields)]
+    assert list(node.input) == want_inputs
+    assert len(node.output) == 1 + len(state_names)
+    got = ReferenceEvaluator(model, new_ops=[ReplaySSMMamba2Decode]).run(
+        None, {n: t.numpy() for n, t in zip(NAMES + state_names, inputs)})
+    args = dict(D=a["D"], dt_bias=a["dt_bias"], slot_idx=SLOTS)
+    if mode == "replay":
+        want = mamba2_ops.replay_decode(ref, a["x"], a["dt"], a["B"], a["C"], a["A"], **args)
+    else:
+        want = mamba2_ops.conventional_decode(ref.checkpoint, a["x"], a["dt"], a["B"], a["C"], a["A"], **args)
+    live = (SLOTS >= 0).numpy()
+    assert (got[0][live] == want.numpy()[live]).all()
+    for n, t in zip(state_names, got[1:]):
+        assert (t == ref.buffers[n].numpy()).all(), n
+    # the step wrote state (the comparison above is not between two untouched copies)
+    assert not (got[1] == pool.buffers["checkpoint"].numpy()).all()
+
+
+BUILD_SCRIPT = """
+import json, sys
+from trtllm_replayssm import trt_plugins as tp
+trt = tp.tensorrt_module()
+errors = []
+class Logger(trt.ILogger):
+    def log(self, severity, msg):
+        if severity <= trt.ILogger.Severity.ERROR:
+            errors.append(msg)
+logger = Logger()
+builder = trt.Builder(logger)
+builder.get_plugin_registry().load_library(str(tp.library_path()))
+network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+parser = trt.OnnxParser(network, logger)
+engine = None
+if parser.parse(open(sys.argv[1], "rb").read()):
+    config = builder.create_builder_config()
+    tp.enable_aliased_io(config, trt=trt)
+    config.num_compute_capabilities = 1
+    config.set_compute_capability(trt.ComputeCapability.SM89, 0)
+    engine = builder.build_serialized_network(network, config)
+errors += [str(parser.get_error(i)) for i in range(parser.num_errors)]
+print(json.dumps({"bytes": 0 if engine is None else len(bytes(engine)), "errors": errors}))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt_rtx") is None,
+                    reason="tensorrt_rtx is not installed (pip install tensorrt-rtx==1.7.1.116)")
+@pytest.mark.skipif(not (trt_plugins.native_dir() / "libreplayssm_trt.so").exists(),
+                    reason="libreplayssm_trt.so is missing (build with RSSM_TENSORRT=1, RSSM_CUDA_ARCHS including 89)")
+@pytest.mark.parametrize("mode", ["replay", "conventional"])
+def test_exported_graph_builds_an_sm89_engine_with_tensorrt_rtx(mode, tmp_path):
+    """The exporter's plugin node (domain = plugin namespace) reaches the plugin through TensorRT-RTX's ONNX
+    parser; the build runs in a child process (the parser finds libtensorrt_rtx.so through LD_LIBRARY_PATH)."""
+    import json
+
+    trt_plugins.check_targets([89])
+    cfg = ReplayConfig(4, "fp32", "fp32")
+    model, *_ = _export(mode, cfg, _pool(cfg))
+    path = tmp_path / "step.onnx"
+    path.write_bytes(model.SerializeToString())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(trt_plugins.prepare_tensorrt_rtx()),
+                                                           env.get("LD_LIBRARY_PATH")]))
+    run = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(path)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["errors"] == [] and result["bytes"] > 0, result
