@@ -6,8 +6,10 @@
 #   bash benchmarks/kernel_hygiene.sh OUT_DIR      # repo root, package installed with its kernel library
 #
 # The GPU tests of each kernel family run under the sanitizer, dealt by test (RSSM_TEST_SHARD, tests/conftest.py):
-# every test file (family) contributes its share, so every family and plugin is exercised without the whole
-# suite's hour under the tools. PyTorch's caching allocator is off, so every tensor is its own allocation and an
+# every test file (family) contributes its share (1/24 of the tests under memcheck, another 1/48 under
+# racecheck by default: MEMCHECK_SHARD, RACECHECK_SHARD), so every family and plugin is exercised without the whole
+# suite's hours under the tools; each tool stops after HYGIENE_TIMEOUT seconds (300), and a stopped run shows as
+# exit code 124 in the summary. PyTorch's caching allocator is off, so every tensor is its own allocation and an
 # access past its end is seen. The plugin driver (a subprocess) is followed (--target-processes all).
 set -uo pipefail
 out=${1:?output folder}
@@ -16,12 +18,12 @@ export PYTHONUNBUFFERED=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 OMP_NUM_THREADS=2
 files=$(ls tests/test_*kernels*.py tests/test_tensorrt_plugin_gpu.py tests/test_prefill*.py 2>/dev/null | tr '\n' ' ')
 run_tool() {  # tool shard-spec
   local tool=$1 shard=$2
-  RSSM_TEST_SHARD=$shard compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 86 \
+  RSSM_TEST_SHARD=$shard timeout "${HYGIENE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 86 \
     --print-limit 20 python3 -m pytest -q -p no:cacheprovider -m gpu $files > "$out/sanitize_$tool.log" 2>&1
   echo $? > "$out/sanitize_$tool.rc"
 }
-run_tool memcheck 0/4 &
-run_tool racecheck 1/8 &
+run_tool memcheck "${MEMCHECK_SHARD:-0/24}" &
+run_tool racecheck "${RACECHECK_SHARD:-1/48}" &
 wait
 python3 benchmarks/determinism.py --out "$out/determinism.md" > "$out/determinism.log" 2>&1
 det=$?
