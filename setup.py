@@ -1,4 +1,5 @@
-"""Builds the native kernel library with CMake + nvcc and installs it inside the package.
+"""Builds the native kernel library with CMake + nvcc and installs it inside the package (the project's metadata and
+dependencies are in pyproject.toml). Without nvcc the install is the pure-Python package, with one warning.
 
 Environment:
     RSSM_CUDA_ARCHS      CUDA architectures for CMake (default "90" = Hopper; e.g. "90;100" adds Blackwell)
@@ -54,6 +55,27 @@ def tensorrt_include_dir():
     return str(include)
 
 
+def find_nvcc():
+    """nvcc from PATH, $CUDACXX or $CUDA_HOME / $CUDA_PATH; None when there is none."""
+    candidates = [shutil.which("nvcc"), os.environ.get("CUDACXX")]
+    candidates += [str(Path(os.environ[v]) / "bin" / "nvcc") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    return next((c for c in candidates if c and Path(c).is_file()), None)
+
+
+def native_build():
+    """Whether to build the kernel library; says why not (one line) when it does not."""
+    if os.environ.get("RSSM_SKIP_NATIVE") == "1":
+        print("trtllm-replayssm: RSSM_SKIP_NATIVE=1: installing the pure-Python package (no kernel library)")
+        return False
+    if find_nvcc() is None:
+        print("trtllm-replayssm: WARNING: nvcc not found (PATH, CUDACXX, CUDA_HOME): installing the pure-Python "
+              "package without the kernel library (PyTorch references only; GPU tests will skip). Install the CUDA "
+              "toolkit and reinstall to build the kernels, or set RSSM_SKIP_NATIVE=1 to silence this.",
+              file=sys.stderr)
+        return False
+    return True
+
+
 class CMakeExtension(Extension):
     def __init__(self, name, source_dir):
         super().__init__(name, sources=[])
@@ -63,19 +85,24 @@ class CMakeExtension(Extension):
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         target = Path(self.get_ext_fullpath(ext.name)).resolve()
-        if os.environ.get("RSSM_SKIP_NATIVE") == "1":
-            print("RSSM_SKIP_NATIVE=1: skipping the kernel library")
-            return
         build_dir = Path(self.build_temp).resolve() / "native"
         build_dir.mkdir(parents=True, exist_ok=True)
         args = [f"-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={build_dir}"]
-        if os.environ.get("RSSM_CUDA_ARCHS"):
-            args.append(f"-DCMAKE_CUDA_ARCHITECTURES={os.environ['RSSM_CUDA_ARCHS']}")
+        archs = os.environ.get("RSSM_CUDA_ARCHS") or "90"
+        args.append(f"-DCMAKE_CUDA_ARCHITECTURES={archs}")
+        args.append(f"-DCMAKE_CUDA_COMPILER={find_nvcc()}")
         include = tensorrt_include_dir()
         if include:
             args.append(f"-DRSSM_TENSORRT_INCLUDE_DIR={include}")
-        subprocess.run(["cmake", "-S", ext.source_dir, "-B", str(build_dir), *args], check=True)
         jobs = os.environ.get("RSSM_BUILD_JOBS", str(os.cpu_count() or 2))
+        n_arch = len([a for a in archs.split(";") if a])
+        minutes = 10 * n_arch * (2 if include else 1) / max(int(jobs), 1)
+        print(f"trtllm-replayssm: building the kernel library{' and the TensorRT plugins' if include else ''} for "
+              f"CUDA architectures {archs} with {jobs} jobs: about {minutes:.0f} minutes (RSSM_CUDA_ARCHS picks the "
+              "architectures, RSSM_SKIP_NATIVE=1 skips the build)", file=sys.stderr, flush=True)
+        if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
+            args += ["-G", "Ninja"]  # a build folder keeps the generator it was configured with
+        subprocess.run(["cmake", "-S", ext.source_dir, "-B", str(build_dir), *args], check=True)
         subprocess.run(["cmake", "--build", str(build_dir), "--parallel", jobs], check=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / "libreplayssm.so", target)
@@ -86,25 +113,10 @@ class CMakeBuild(build_ext):
                 for folder in {target.parent, ROOT / "trtllm_replayssm" / "lib"}:
                     shutil.copy2(build_dir / extra, folder / extra)
 
-    def get_outputs(self):
-        if os.environ.get("RSSM_SKIP_NATIVE") == "1":
-            return []
-        return super().get_outputs()
-
 
 setup(
-    name="trtllm-replayssm",
-    version="0.1.0",
-    description="ReplaySSM decode kernels, references, state pools and tools for hybrid SSM LLMs",
     packages=find_packages(include=["trtllm_replayssm*"]),
     package_data={"trtllm_replayssm.configs": ["*.json"]},
-    python_requires=">=3.10",
-    install_requires=["torch>=2.4", "numpy"],
-    extras_require={
-        "builder": ["transformers>=5.17,<6"],
-        "test": ["pytest", "transformers>=5.17,<6"],
-    },
-    ext_modules=[CMakeExtension("trtllm_replayssm.lib.libreplayssm", ROOT / "plugins")],
+    ext_modules=[CMakeExtension("trtllm_replayssm.lib.libreplayssm", ROOT / "plugins")] if native_build() else [],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},
 )
