@@ -37,8 +37,11 @@ def tensorrt_include_dir():
     include = cache / "include"
     if (include / "NvInferRuntime.h").exists():
         return str(include)
+    # pip's isolated build environment hides the interpreter's own packages (pip among them) through PYTHONPATH
+    # and a sitecustomize: the download runs in the interpreter's plain environment.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     download = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                               HEADERS_WHEEL, "-d", str(cache / "wheel")], capture_output=True, text=True)
+                               HEADERS_WHEEL, "-d", str(cache / "wheel")], capture_output=True, text=True, env=env)
     wheels = sorted((cache / "wheel").glob("kernel_lens-*.whl"))
     if download.returncode != 0 or not wheels:
         last = (download.stderr.strip().splitlines() or ["no wheel"])[-1]
