@@ -33,7 +33,7 @@ for step in "$@"; do
       grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$logs"/tests_[0-7].log | tail -40
       grep -qE "^(FAILED|ERROR)" "$logs"/tests_[0-7].log && status=1 ;;
     hygiene) bash benchmarks/kernel_hygiene.sh "$out" | tail -20 || status=1 ;;
-    serve) python3 benchmarks/serve_decode.py --out "$out/serve_decode.md" 2>&1 | tail -20 || status=1 ;;
+    serve) python3 benchmarks/serve_decode.py --out "$out/serve_decode.md" ${SERVE_ARGS:-} 2>&1 | tail -20 || status=1 ;;  # SERVE_ARGS: extra options
     *) echo "unknown step $step"; status=2 ;;
   esac
   echo "$step: $(( $(date +%s) - t0 )) s"

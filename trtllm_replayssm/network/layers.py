@@ -266,15 +266,19 @@ class Attention(nn.Module):
         return q, k, v, gate
 
     def _attend(self, q, keys, values, mask):
-        """q [b, S, heads, hd]; keys, values [b, T, kv_heads, hd]; mask [b, S, T] bool (True: attend)."""
+        """q [b, S, heads, hd]; keys, values [b, T, kv_heads, hd]; mask [b, S, T] bool (True: attend). Grouped
+        queries attend per key head without copying the keys: the rep query heads of key head j (heads
+        j*rep .. j*rep+rep-1, transformers' repeat_kv order) form one [rep*S, hd] block against [T, hd]."""
+        b, S = q.shape[:2]
         rep = self.heads // self.kv_heads
-        q = q.transpose(1, 2)  # [b, heads, S, hd]
-        keys = keys.transpose(1, 2).repeat_interleave(rep, dim=1)
-        values = values.transpose(1, 2).repeat_interleave(rep, dim=1)
-        scores = torch.matmul(q, keys.transpose(2, 3)) * self.scaling
-        scores = scores.masked_fill(~mask[:, None], torch.finfo(scores.dtype).min)
+        T = keys.shape[1]
+        q = q.transpose(1, 2).reshape(b, self.kv_heads, rep * S, self.head_dim)
+        scores = torch.matmul(q, keys.permute(0, 2, 3, 1)) * self.scaling  # [b, kv_heads, rep*S, T]
+        mask = mask[:, None, None].expand(b, 1, rep, S, T).reshape(b, 1, rep * S, T)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        return torch.matmul(probs, values).transpose(1, 2)  # [b, S, heads, hd]
+        out = torch.matmul(probs, values.transpose(1, 2))  # [b, kv_heads, rep*S, hd]
+        return out.reshape(b, self.heads, S, self.head_dim).transpose(1, 2)  # [b, S, heads, hd]
 
     def _out(self, o, gate):
         o = o.reshape(*o.shape[:-2], self.heads * self.head_dim)
