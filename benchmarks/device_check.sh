@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# What one device call runs: build the package there, run every test (GPU ones included), then the benchmarks
+# The kernel benchmarks in one GPU machine run: build the package there, run every test (GPU ones included), then
+# the benchmarks
 # (Mamba-2 decode, GDN decode, speculative step).
 # Usage (repo root, on the GPU machine): bash benchmarks/device_check.sh OUT_DIR [bench_mamba2 args...]
 # Needs mamba-ssm's source distribution at .cache/mamba_ssm.tar.gz (git-ignored; carry .cache to the device).
 # Fetch it on a machine with network access:
-#   mkdir -p .cache && curl -sL -o .cache/mamba_ssm.tar.gz "$(curl -s https://pypi.org/pypi/mamba-ssm/json |
-#     python3 -c 'import sys, json; print([u["url"] for u in json.load(sys.stdin)["urls"] if u["packagetype"] == "sdist"][0])')"
+#   python3 -m pip download --no-deps --no-binary :all: -d .cache mamba-ssm && mv .cache/mamba_ssm-*.tar.gz .cache/mamba_ssm.tar.gz
 # The GDN benchmark runs too when fla-core's wheel is at .cache/wheels/fla_core-0.6.0-py3-none-any.whl
 # (python3 -m pip download --no-deps -d .cache/wheels fla-core==0.6.0); its extra arguments come from the
 # environment variable GDN_ARGS (split on spaces), e.g. GDN_ARGS="--shapes Qwen3.5-4B --batches 64,256".

@@ -12,7 +12,7 @@ from trtllm_replayssm import _lib
 
 def _gpu_skip_reason():
     if not torch.cuda.is_available():
-        return "no CUDA device (GPU tests run on the H200 via the device tool)"
+        return "no CUDA device"
     if not _lib.available():
         return f"kernel library not built ({_lib.library_path()})"
     return None
