@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The kernel benchmarks in one GPU machine run: build the package there, run every test (GPU ones included), then
-# the benchmarks
-# (Mamba-2 decode, GDN decode, speculative step).
+# the benchmarks (Mamba-2 decode, GDN decode, speculative step).
 # Usage (repo root, on the GPU machine): bash benchmarks/device_check.sh OUT_DIR [bench_mamba2 args...]
 # Needs mamba-ssm's source distribution at .cache/mamba_ssm.tar.gz (git-ignored; carry .cache to the device).
 # Fetch it on a machine with network access:
