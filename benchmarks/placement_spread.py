@@ -6,7 +6,7 @@ Mamba-2 Nemotron-3-Super b256 L16 (fp32 reads and the nvfp4 read copy) and GDN Q
 bf16 activations. Five trials in one process, each with a spacer allocation of random size before fresh pools
 (shifting their addresses) and a fresh random set of batch rows; the non-flush step (every row at history L/2)
 timed as benchmarks/bench_read_copy.py times it, twice per pool. Run it in several processes to see the spread
-across processes too (benchmarks/ab_session25.md section 4)."""
+across processes too (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200 section 4)."""
 import sys
 
 import torch

@@ -8,7 +8,7 @@ pool_slots(batch) slots; our conventional step timed (CUDA graphs) with the batc
 contiguous slots 0 .. batch-1 in order, `window shuffled` the same slots in random order, `window reversed` in
 descending order, `random sorted` a random subset of the pool's slots in ascending order, `random shuffled` the same
 subset in random order (the benchmark tables' `conv` column). --replay: also the ReplaySSM step (L16, amortised over
-staggered cursors) on a pool of the same slots, with the same orders. benchmarks/ab_session25.md section 6."""
+staggered cursors) on a pool of the same slots, with the same orders. A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200 section 6."""
 import argparse
 
 import torch

@@ -22,7 +22,7 @@ slots untouched) before it is timed; its registers are printed and, under $OUT, 
 --variants picks them by name, joined by commas (default: the pair that isolates the slot index). --env times
 every line once per value of a knob the library reads at launch (temporary A/B switches of a build). Qwen3.5-122B-A10B
 shape, bf16 activations, CUDA graphs rotating over disjoint rows (trtllm_replayssm.bench.timing), µs per step.
-Records: benchmarks/ab_session28.md. Needs Triton (the device's PyTorch has it); not part of the package.
+Records: A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200. Needs Triton (the device's PyTorch has it); not part of the package.
 """
 
 import argparse

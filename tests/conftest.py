@@ -1,6 +1,6 @@
 """Shared fixtures: seeds, the gpu marker (skipped with a reason where no CUDA device or kernel library is
 present), poisoned allocations, and sharding: RSSM_TEST_SHARD=i/n keeps every n-th collected test from the
-i-th (0-based), so n processes can split one run by test rather than by file (benchmarks/device_check.sh)."""
+i-th (0-based), so n processes can split one run by test rather than by file (benchmarks/device_run.sh)."""
 
 import os
 

@@ -4,10 +4,10 @@ built with nvcc into a small host program (tests/host/route_policy.cu). Runs wit
 
 The expectations are the policy as docs/mamba2.md and docs/gdn.md state it (set from H200 measurements,
 benchmarks/ab_routes_nvfp4_flush.md): Mamba-2, fp32 checkpoint: blocks of 8 heads, halved to 4 while 8 would give
-fewer than 6 blocks per multiprocessor (12 until the fourteenth session), the route from 6 blocks per
+fewer than 6 blocks per multiprocessor (12 ), the route from 6 blocks per
 multiprocessor; nvfp4 copy: the most heads, from 2 blocks per multiprocessor; GDN: at most 8 heads, from 6 blocks
-per multiprocessor (24 until the thirteenth session, benchmarks/ab_session13.md). The tail launches (fourteenth
-session, benchmarks/ab_session14.md): below 16 blocks per multiprocessor, two rounds of resident blocks in blocks of
+per multiprocessor (24 before the 8-lanes-per-row mapping). The tail launches
+(A/B of `benchmarks/ab_variants.sh` on the H200): below 16 blocks per multiprocessor, two rounds of resident blocks in blocks of
 half the heads, for GDN's blocks of 4 heads or more and Mamba-2's (fp32) of 8."""
 
 import os

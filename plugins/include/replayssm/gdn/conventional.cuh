@@ -34,8 +34,8 @@ namespace gdn {
 
 // Warps per block: the latency route's blocks have four (a cursor replica per block, below); the conventional step's
 // have one, bounded to 64 registers (32 resident warps per multiprocessor, each with one tile of RW rows in flight),
-// so that a multiprocessor's slot takes the next tile as soon as its warp is done. H200, fifteenth session, one run,
-// Qwen3.5-122B (benchmarks/ab_session15.md section 3): b256 526.8 / 525.7 us against 531.4 / 530.0 with blocks of
+// so that a multiprocessor's slot takes the next tile as soon as its warp is done. H200, one run,
+// Qwen3.5-122B (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200 section 3): b256 526.8 / 525.7 us against 531.4 / 530.0 with blocks of
 // four warps holding two tiles each (116 registers, 16 resident warps), b512 1047.8 / 1049.1 against 1056.8 /
 // 1056.1, b1 4.4 against 4.6; four or two one-tile warps per block (also 64 registers) lose 1.5 % at b256.
 constexpr int kConventionalWarpsPerBlock = 4;
@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(kConventionalWarpsPerBlock * 32)
 // The conventional step: one warp per block and tile, grid (tile, value head, batch row), so that no integer
 // division stands before the slot index's load (the blocks of consecutive tiles and heads of a row are dispatched
 // in order, so the tiles in flight at a time are consecutive in memory); plain state stores
-// (the latency route keeps streaming ones). H200, seventeenth session, Qwen3.5-122B, fp32 state, two passes
-// (benchmarks/ab_session17.md): plain stores b256 526.1 / 525.8 us against 528.0 / 528.1 streaming, b512 -0.4 %.
+// (the latency route keeps streaming ones). H200, Qwen3.5-122B, fp32 state, two passes
+// (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200): plain stores b256 526.1 / 525.8 us against 528.0 / 528.1 streaming, b512 -0.4 %.
 // Lost there: persistent warps walking tiles t, t + grid (next slot index loaded ahead; +12-17 %, +30 % with a
 // bulk L2 prefetch of the next tile), two adjacent tiles per warp with the second staged in shared memory by
 // cp.async or a bulk copy (+4-5 %), L2 evict-first loads or L1 no-allocate loads (+2-4 %). Stores with an L2
@@ -250,7 +250,7 @@ cudaError_t launch_latency_route(const rssm_gdn_decode_params& p, cudaStream_t s
   // (V K / 1024 tiles per head, V and K in {64, 128, 256}: a multiple of four)
   const dim3 grid(p.head_v_dim / Tiling<StateT, K>::RW / kConventionalWarpsPerBlock, p.num_v_heads, p.batch);
   // Prepared inputs (precomputed gates, no in-kernel q / k preparation): an instance without the branches of the
-  // raw-or-prepared inputs. H200, one run, two passes (benchmarks/ab_session22.md section 4): steady state (history
+  // raw-or-prepared inputs. H200, one run, two passes (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200 section 4): steady state (history
   // 0) level at b1 / b8, steps with records to fold -0.5 us at b1 (non-flush 6.7 against 7.2-7.3) and -1 us at b8.
   const dim3 block(kConventionalWarpsPerBlock * 32);
   if (p.gate_mode != RSSM_GDN_GATES_RAW && p.qk_flags == 0)

@@ -655,14 +655,14 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // Whether the replay step takes output_only.cuh's mapping (the "split" route: one launch, flushing rows rebuilt
 // in it), and with how many value heads per block (0: the combined kernel). It exists for an fp32 checkpoint,
 // bf16 / fp16 activations, K = 128 and scalar decay; output_only::heads_per_block() gives the most heads a block
-// can take (and 0 for the shapes it does not take). The policy was Mamba-2's fp32 one until its eighth session
-// (mamba2/decode.cuh output_only_heads, measured there on the H200: docs/mamba2_log.md; on for GDN since its route
-// was timed, fifth session): a flushing block takes about twice a reading block, so blocks of at most 8 heads,
+// can take (and 0 for the shapes it does not take). The policy was Mamba-2's fp32 one until its
+// (mamba2/decode.cuh output_only_heads, measured there on the H200:; on for GDN since its route
+// was timed): a flushing block takes about twice a reading block, so blocks of at most 8 heads,
 // taken when the launch has at least kOutputOnlyBlocksPerSm of them per multiprocessor; smaller launches keep the
 // combined kernel, whose flush units are finer. Mamba-2's route starts at 6 blocks per multiprocessor. GDN's lost
-// below b256 until the twelfth session (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs
-// 95.5 us, b128 191.3 vs 178.9; benchmarks/ab_routes_nvfp4_flush.md); with 8 lanes per state row (thirteenth
-// session) it wins at b128 (165.1 vs 178.8) and b64 (93.2 vs 95.7; benchmarks/ab_session13.md section 4), so it
+// below b256  (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs
+// 95.5 us, b128 191.3 vs 178.9; benchmarks/ab_routes_nvfp4_flush.md); with 8 lanes per state row (the
+// current mapping) it wins at b128 (165.1 vs 178.8) and b64 (93.2 vs 95.7; A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200), so it
 // starts at 6 too (b32, 3.9 blocks per multiprocessor at the 122B shape, keeps the combined kernel). RSSM_ROUTES
 // (read by both families' launches) and RSSM_OO_HEADS force either route or the heads per block
 // (common/decode_tiling.cuh, split_route_heads). The choice is made before anything is launched.
@@ -671,10 +671,10 @@ constexpr bool kSplitRoute = std::is_same_v<StateT, float> && sizeof(ActT) == 2 
 constexpr int kOutputOnlyBlockHeads = 8;     // most heads per block
 constexpr int kOutputOnlyBlocksPerSm = 6;    // fewest blocks per multiprocessor for the split route
 // Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`): none since the
-// twelfth session. H200, Qwen3.5-122B L16 amortised, RSSM_OO_PREFETCH 0 against 1 in one run, two passes: b256
-// 327.7 / 326.7 vs 331.2 / 331.0 us, b512 630.3 / 632.6 vs 635.4 / 635.3 (benchmarks/ab_session12.md). In the fifth
-// session, before the output-only prologue's rework, 1 won (0 / 1 / 2 / 3 at b256: 369.8 / 355.6 / 359.7 / 370.2 us;
-// docs/gdn_log.md).
+//. H200, Qwen3.5-122B L16 amortised, RSSM_OO_PREFETCH 0 against 1 in one run, two passes: b256
+// 327.7 / 326.7 vs 331.2 / 331.0 us, b512 630.3 / 632.6 vs 635.4 / 635.3 (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200). In an earlier
+// version, before the output-only prologue's rework, 1 won (0 / 1 / 2 / 3 at b256: 369.8 / 355.6 / 359.7 / 370.2 us;
+//).
 constexpr int kOutputOnlyPrefetch = 0;
 constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBlocksPerSm blocks per SM
 // The tail launch (output_only::launch): a launch of fewer than kOutputOnlyTailBelowBlocksPerSm blocks per
@@ -682,7 +682,7 @@ constexpr bool kOutputOnlyByDefault = true;   // split route at >= kOutputOnlyBl
 // at least 2), about kOutputOnlyTailRounds rounds of the multiprocessors' resident blocks of it, which fill the first
 // launch's tail (when that is at most half the batch).
 // H200, Qwen3.5-122B L16 b64 (1024 blocks of 4 heads; tail blocks of 2), tail rows 0 / 8 / 16 / 32 in one run, two
-// passes: 94.1 / 94.3, 91.8 / 91.5, 90.1 / 90.3, 92.2 / 92.7 us (benchmarks/ab_session14.md). At b256 (31 blocks
+// passes: 94.1 / 94.3, 91.8 / 91.5, 90.1 / 90.3, 92.2 / 92.7 us (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200). At b256 (31 blocks
 // per multiprocessor) 32 and 64 tail rows lose (318.9, 322.6 against 318.7). RSSM_OO_TAIL_ROWS overrides.
 constexpr int kOutputOnlyTailMinHeads = 4;  // fewest heads per block of a launch given a tail (tail blocks: half)
 constexpr int kOutputOnlyTailBelowBlocksPerSm = 16;

@@ -1,5 +1,5 @@
 // Gated DeltaNet ReplaySSM: the replay step's rows in a read mapping of their own, as mamba2/output_only.cuh
-// does for Mamba-2 (its header and docs/mamba2_log.md give the reasons and the measurements). Scalar decay only (KDA
+// does for Mamba-2 (its header and give the reasons and the measurements). Scalar decay only (KDA
 // keeps the combined kernel), fp32 checkpoint, bf16 / fp16 activations, K = 128, V a multiple of 16, L 2..32;
 // decode.cuh's launch_decode decides per step whether this kernel or the combined one runs (never both).
 //
@@ -9,7 +9,7 @@
 //   flush (h = L-1):     S' = e^E S0 + sum_{j<h} (w_j u_j) k_jᵀ ;  u = beta (v - S'k) ;  S = S' + u kᵀ ;
 //                        y = S q ;  store S ;  history := 0
 // Mapping: one block per (batch row, key head, chunk of `hpb` value heads of that key head), 8 warps; a state row
-// (one of a value head's V rows of K fp32) is read by 8 lanes (thirteenth session; 4 before), lane (h, c) holding
+// (one of a value head's V rows of K fp32) is read by 8 lanes (4 before), lane (h, c) holding
 // the 16 columns 16 m + 4 c + e of the vectors m = h, 4 + h, 2 + h, 6 + h (e < 4), so that the eight lanes of a row
 // read its 128 contiguous bytes per load; a warp step covers 4 rows, four steps (16 rows) of loads are in flight, the
 // first ones issued before the prologue (they depend on the slot only). The prologue stages the key head's ring of

@@ -661,7 +661,7 @@ __device__ __forceinline__ bool row_flushes(const rssm_mamba2_decode_params& p, 
 // Blocks per multiprocessor the decode kernel's registers are bounded for: 2; 3 with an nvfp4 copy (80 registers,
 // a few bytes of spills), whose flush-only launch then leaves room on the multiprocessors for the output-only launch
 // that follows it (H200, Super L16, nvfp4 amortised, with the B / L row plan below: b256 174 us vs 179.5 at 2,
-// b512 323 vs 339; fp16 copies lost with 3: benchmarks/ab_session10.md).
+// b512 323 vs 339; fp16 copies lost with 3: A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200).
 template <typename CopyT>
 constexpr int kDecodeMinBlocks = std::is_same_v<CopyT, nvfp4x2> ? 3 : 2;
 
@@ -760,28 +760,28 @@ static cudaError_t launch_mode(const rssm_mamba2_decode_params& p, cudaStream_t 
 // Whether the replay step takes output_only.cuh's mapping (the "split" routes), and with how many heads per block
 // (0: the combined kernel). It exists for the formats that route reads (the fp32 checkpoint, or an nvfp4 copy)
 // with bf16 / fp16 activations and d_state 128; output_only::heads_per_block() gives the most heads a block can
-// take. Measured on the H200 (docs/mamba2_log.md, benchmarks/routes_ab.md):
+// take. Measured on the H200 (benchmarks/routes_ab.md):
 //   - fp32 checkpoint: one launch, flushing rows rebuilt in it. A flushing block takes ~2x a reading block, so the
 //     last blocks to run decide the step: blocks of at most 8 heads (shorter flush blocks), 4 while 8 would give
-//     fewer than 6 blocks per multiprocessor (12 until the fourteenth session, which added the tail launch below),
+//     fewer than 6 blocks per multiprocessor (12  the tail launch below),
 //     taken from 6 blocks per multiprocessor up (Super shape: 4 heads at b32 / b48, 8 from b50, with a tail launch
-//     to b131); smaller batches keep the combined kernel, whose flush units are finer. Eighth
-//     session, one run, Super L16 amortised, split with 8 / 4 heads against the combined kernel: b32 60.0 / 53.2
+//     to b131); smaller batches keep the combined kernel, whose flush units are finer. H200,
+//     one run, Super L16 amortised, split with 8 / 4 heads against the combined kernel: b32 60.0 / 53.2
 //     vs 56.2 us, b64 97.6 / 93.3 vs 98.9, b128 170.2 / 173.0 vs 181.5; b256 with 8 / 4 / 16 heads 315.2 / 333.6
-//     / 351.6 (docs/mamba2_log.md). Until then the route started at 24 blocks per multiprocessor (b >= 256).
+//     / 351.6 (H200). Until then the route started at 24 blocks per multiprocessor (b >= 256).
 //   - nvfp4 copy: a flush-only launch of decode_kernel first, then the output-only kernel with the most heads per
 //     block, taken at two or more blocks per multiprocessor.
 // RSSM_ROUTES and RSSM_OO_HEADS force either route or the heads per block (common/decode_tiling.cuh,
 // split_route_heads, which both families share).
 // Batches of a warp's rows asked of L2 ahead of its register loads (output_only_kernel's `ahead`): none. H200, one
 // run (RSSM_OO_PREFETCH 0 / 1 / 2 / 3), Super L16 amortised at b256: 361.4 / 365.6 / 393.2 / 407.7 us
-// (docs/mamba2_log.md).
+// (H200).
 constexpr int kOutputOnlyPrefetch = 0;
 // Fp32Read: the first batch of a warp's rows via L2 (output_only_kernel's kFirstL2) when a warp has at least this
-// many batches and the launch at least kFirstL2MinBlocksPerSm blocks per multiprocessor. H200, twelfth session, one
+// many batches and the launch at least kFirstL2MinBlocksPerSm blocks per multiprocessor. H200, one
 // run, Super L16 amortised, first batch via L2 against registers: b256 308.7 / 308.9 vs 312.4 / 311.9 us, b512 604.3
 // vs 610.5 (4 batches per warp); b64 91.8 vs 90.3 (2 batches: the first batch's register loads are what hides the
-// prologue there). Fourteenth session (8 lanes per row; b64 in 8-head blocks, 4 batches per warp, with a tail
+// prologue there). (8 lanes per row; b64 in 8-head blocks, 4 batches per warp, with a tail
 // launch), one run: b64 85.0 in registers against 87.0 / 86.6 via L2 (non-flush 74.5 against 79.5; all-flush 171.5
 // against 166.0); b128 (15.5 blocks per multiprocessor) 160.4 in registers against 159.8 via L2, b256 309.0 against
 // 307.9. So a launch below 12 blocks per multiprocessor (Super: b50 to b98) keeps the first batch in registers.
@@ -797,10 +797,10 @@ bool output_only_first_l2(const rssm_mamba2_decode_params& p, int hpb, int sms) 
 // nvfp4 copy: the output-only launch as a programmatic dependent of the flush-only launch before it (it starts
 // while the flush launch's last blocks run; common/dependent_launch.cuh). H200, Super b256 L16, nvfp4 amortised, two
 // passes in one run: 220.0 / 219.7 us against 223.5 / 223.5 with two plain launches (false); fp16 copies unaffected.
-// The flush-only blocks allow it before their scans (nineteenth session; after them until then), the output-only
+// The flush-only blocks allow it before their scans (after them until then), the output-only
 // blocks of a row with a head at L - 2 or L - 1 waiting for the flush-only launch before they write cursors. H200,
 // Super L16, one run, two passes: non-flush b64 / b256 / b512 25.9 / 73.5 / 138.2 us against 26.9-27.0 / 75.2-75.4 /
-// 142.4; amortised level (48.7 / 133.0 / 242.8 against 48.8 / 133.0 / 242.5; benchmarks/ab_session19.md).
+// 142.4; amortised level (48.7 / 133.0 / 242.8 against 48.8 / 133.0 / 242.5; A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200).
 constexpr bool kNvfp4DependentLaunch = true;
 template <typename StateT, typename ActT, int N, typename CopyT>
 constexpr bool kSplitRoutes = N == output_only::kN && sizeof(ActT) == 2 &&
@@ -812,9 +812,9 @@ constexpr int kFlushBlocksPerSm = 6;        // fp32: fewest blocks per multiproc
 // fp32: the tail launch (output_only::launch) for blocks of 8 heads below 16 blocks per multiprocessor, two rounds
 // of resident blocks in blocks of 4 heads (Super: 16 rows from b50 to b131; 4-head blocks keep one launch: tail
 // blocks of 2 heads cost Mamba-2's prologue too much). H200, Super L16 b64, one run: 4-head blocks (the policy
-// until the fourteenth session, which halved 8 heads below 12 blocks per multiprocessor) 90.6 us; 8-head blocks
+//  8 heads below 12 blocks per multiprocessor) 90.6 us; 8-head blocks
 // with 16 / 32 tail rows 88.0 / 89.3; 4-head blocks with 8 / 16 / 32 tail rows of 2-head blocks 92.1 / 95.0 / 99.9
-// against 91.0 (benchmarks/ab_session14.md).
+// against 91.0 (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200).
 constexpr TailPolicy kFlushTail{8, 16, 2, output_only::kBlocksPerSm<output_only::Fp32Read>};
 template <typename Fmt>
 int output_only_heads(const rssm_mamba2_decode_params& p, int hpb, int sms) {
@@ -856,7 +856,7 @@ cudaError_t launch_split(const rssm_mamba2_decode_params& p, int smem_per_sm, in
 
 // nvfp4 copy: the output-only kernel in 80 registers, six blocks per multiprocessor and no staged ring of x records
 // (output_only::Nvfp4Lean) from kNvfp4LeanMinBlocksPerSm blocks of the most heads per multiprocessor, in 128
-// registers, four blocks, the ring staged (Nvfp4Mma) below. H200, Super L16, one run (benchmarks/ab_session16.md):
+// registers, four blocks, the ring staged (Nvfp4Mma) below. H200, Super L16, one run (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200):
 // non-flush b256 86.5 / 86.8 us against 100.4 / 100.8, b512 164.7 / 164.6 against 188.0 / 187.9, amortised b256
 // 145.2 / 145.4 against 159.0 / 159.4; but amortised b64 56.7 / 56.9 against 51.3 / 51.2 and b128 90.3 / 90.5 against
 // 90.9 / 91.0 (fewer, larger waves). RSSM_NVFP4_LEAN=0 / 1 overrides (A/B runs).

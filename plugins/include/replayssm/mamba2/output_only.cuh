@@ -1,5 +1,5 @@
 // Mamba-2 ReplaySSM: the replay step's rows in the read route's own mapping. docs/mamba2.md has the maths,
-// docs/mamba2_log.md the measurements that chose it. The fp32 checkpoint (Fp32Read) takes every row here, flushing
+// the measurements that chose it. The fp32 checkpoint (Fp32Read) takes every row here, flushing
 // ones included; with an nvfp4 read copy (Nvfp4Mma, Nvfp4Lean) flushing rows are skipped: decode.cuh's
 // decode_kernel, in flush-only mode, wrote them in a launch before this one (its quantiser works in the unit
 // pipeline's mapping).
@@ -22,7 +22,7 @@
 //     rows (loading each step's successor into the registers it frees) and keeps every row's dot in shared memory;
 //     then the ring prologue above, whose loads have arrived meanwhile, and per lane a few consecutive rows of a
 //     head: pre, the gate and y together. (H200, Super b256 L16, one run: non-flush 78.2 / 78.1 us against 85.6 /
-//     86.0 with the prologue first; benchmarks/ab_session18.md.)
+//     86.0 with the prologue first; A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200.)
 //   - A flushing head's rows (Fp32Read), in the same mapping: S = abar S0 + sum_j (w_j x_j) B_j at the lane's 16
 //     columns (the group's B records widened to fp32 in shared memory once per block), stored in place, then
 //     y = S·C + D x, gated. The same fp32 operations in the same order as decode.cuh's flush route, so the
@@ -32,7 +32,7 @@
 //     cursor (history + 1, or 0 for a flush head): the flush launch leaves the cursor alone so that both launches
 //     see the same history.
 // Read formats (Fmt):
-//   - Fp32Read: the fp32 checkpoint; 8 lanes per row (thirteenth session; 4 before, as GDN's output-only kernel),
+//   - Fp32Read: the fp32 checkpoint; 8 lanes per row (4 before, as GDN's output-only kernel),
 //     lane (h, cl) holding the 16 columns 16 m + 4 cl + e of the vectors m = 2 q + h (q < 4, e < 4), so that the
 //     eight lanes of a row read 128 contiguous bytes per load instruction.
 //   - Nvfp4Mma / Nvfp4Lean: the nvfp4 read copy on the tensor cores (mma.m16n8k16, codes widened to fp16; described
@@ -168,7 +168,7 @@ struct Fp32Read {
 //     2 + par, 4 + par, 6 + par of its word q, all in block n = 2 c + q / 2 of the row, and B column n holds C at
 //     lane c's k slots in that MMA and 0 elsewhere: one accumulator, D[row][n] the row's dot over block n, so that
 //     lane (g, c) ends with blocks 2 c and 2 c + 1 of rows g and g + 8, the blocks of its two scale bytes. (Until
-//     the nineteenth session columns 4..7 were 0 and two accumulators held blocks 2 n and 2 n + 1: 8 block-scale
+//     columns 4..7 were 0 and two accumulators held blocks 2 n and 2 n + 1: 8 block-scale
 //     products per lane and step against 4.)
 // The products are exact and summed in the tensor core's fp32 accumulator: the result differs from an fp32 FMA
 // chain over the dequantised copy by the order (and accumulator rounding) of the sum.
@@ -181,8 +181,8 @@ template <bool kLean>
 struct Nvfp4MmaT {
   // Staged ring B records padded by 16 bytes, so that bc_ring_mma's fragment loads (lane (g, t): word t of rows g
   // and g + 8) fall in 32 distinct banks: with 256-byte rows the eight rows of a load shared a bank, an 8-way
-  // conflict (H200, Super L16, twenty-first session: non-flush b256 72.1 against 72.9-73.1 us, b512 133.3 against
-  // 137.0; benchmarks/ab_session21.md).
+  // conflict (H200, Super L16, non-flush b256 72.1 against 72.9-73.1 us, b512 133.3 against
+  // 137.0; A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200).
   static constexpr int kRingBStride = kN + 8;
   static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 3 : 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
@@ -200,9 +200,9 @@ struct Nvfp4MmaT {
     float unscale;        // 2^6 / sC
   };
   // The warp's B fragments from C in registers, four columns per lane (lane l: columns 4 l .. 4 l + 3), so that no
-  // block barrier (for a shared copy of C) comes before the rows (H200, Super L16, twenty-first session, two calls:
+  // block barrier (for a shared copy of C) comes before the rows (H200, Super L16, two calls:
   // non-flush b256 level, and 72.4-72.5 us against 73.2 with C from shared memory after a barrier;
-  // benchmarks/ab_session21.md). sC from max |C| (every warp finds the same). Lane (g, c) holds nonzero fragments
+  // A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200). sC from max |C| (every warp finds the same). Lane (g, c) holds nonzero fragments
   // only for g / 2 == c (column g is lane c's block in MMAs q = 2 (g % 2) + qq, qq < 2), whose k slots take columns
   // 16 g + 8 qq + par + i (i = 0, 2, 4, 6): lane 4 g + 2 qq + (par + i) / 4 holds them as its element (par + i) % 4,
   // so 16 shuffles gather them.
@@ -522,7 +522,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   const bool column = threadIdx.x < kN, head_thread = threadIdx.x < hpb;
   const ActT c_raw = column && !kNvfp4 ? Cg[threadIdx.x] : ActT{}, b_raw = column ? Bg[threadIdx.x] : ActT{};
   // nvfp4: the lane's four columns of C (one vector), for its B fragments (context) and, from warp 0, C_s. H200,
-  // Super L16, one run, three passes against the column threads' own loads of C (benchmarks/ab_session22.md):
+  // Super L16, one run, three passes against the column threads' own loads of C (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200):
   // non-flush b512 131.9-132.3 us against 133.0-133.1, b256 71.4-71.8 against 71.5-71.7.
   Packed<ActT, 4> c4_raw{};
   if constexpr (kNvfp4) c4_raw = *reinterpret_cast<const Packed<ActT, 4>*>(Cg + lane * 4);
@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(Fmt::kWarps * 32, kBlocksPerSm<Fmt>)
   // nvfp4, after the flush-only launch: the histories of the row's heads (row_waits below), the first head this
   // thread scans loaded with the prologue's loads (else a round trip of its own before the block's first barrier),
   // and only then the staging of the ring prologue, which nothing reads before the rows' end: the loads the rows
-  // wait for go out first (twentieth session, benchmarks/ab_session20.md section 3).
+  // wait for go out first (A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200 section 3).
   const int32_t* const row_cursor =
       p.cursor + static_cast<int64_t>(slot) * H * RSSM_CURSOR_REPLICAS * RSSM_CURSOR_FIELDS;
   const auto row_history = [&](int h) {
