@@ -108,13 +108,12 @@ def _phase_inputs(phase, template: StateSet, max_batch: int):
     return ("accepted", "slot_idx"), args, ({0: batch}, {0: batch}), []
 
 
-def _value_info(v, dynamic: dict) -> dict:
+def _value_info(v) -> dict:
     import onnx
 
     t = v.type.tensor_type
-    dims = [d.dim_param or d.dim_value for d in t.shape.dim]
     return {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name,
-            "shape": [dynamic.get(d, d) if isinstance(d, str) else d for d in dims]}
+            "shape": [d.dim_param or d.dim_value for d in t.shape.dim]}
 
 
 def _rename_outputs(model, names: list[str]) -> None:
@@ -125,6 +124,16 @@ def _rename_outputs(model, names: list[str]) -> None:
         node.output[:] = [renames.get(o, o) for o in node.output]
     for v in list(model.graph.output) + list(model.graph.value_info):
         v.name = renames.get(v.name, v.name)
+
+
+def _name_dims(model, names: dict[int, str]) -> None:
+    """Names the dynamic dimensions after the first input's axes (axis -> name, e.g. {0: "batch"}), everywhere."""
+    first = model.graph.input[0].type.tensor_type.shape.dim
+    renames = {first[axis].dim_param: name for axis, name in names.items() if first[axis].dim_param}
+    for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param in renames:
+                d.dim_param = renames[d.dim_param]
 
 
 def _prune_unused_inputs(model) -> None:
@@ -156,15 +165,15 @@ def export_phase(net: HybridLM, template: StateSet, phase: str, path: Path, max_
                                      input_names=list(names) + state_names, verbose=False, optimize=True)
     model = onnx_program.model_proto
     _rename_outputs(model, output_names)
+    _name_dims(model, {axis: dim.__name__ for axis, dim in dyn[0].items()})
     _prune_unused_inputs(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = path.name + ".data"
     (path.parent / data).unlink(missing_ok=True)
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data,
                     size_threshold=1024)
-    dims = {"batch": "batch", "tokens": "tokens"}
-    inputs = [_value_info(v, dims) for v in model.graph.input]
-    outputs = [_value_info(v, dims) for v in model.graph.output]
+    inputs = [_value_info(v) for v in model.graph.input]
+    outputs = [_value_info(v) for v in model.graph.output]
     aliases = {n + STATE_OUTPUT_SUFFIX: n for n in written}
     return PhaseGraph(phase, path, inputs, outputs, aliases, time.perf_counter() - start)
 
