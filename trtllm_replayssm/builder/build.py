@@ -104,11 +104,12 @@ def build(model, output: Path, s: BuildSettings, log=print) -> dict:
     graphs = export_phases(net, s.max_batch, s.max_seq_len, output, spec_tokens=s.spec_tokens,
                            progress=lambda phase, sec: say(f"export {phase}.onnx  {sec:.1f} s"))
     (output / "model_config.json").write_text(json.dumps(load_config(model), indent=2))
-    dims = {"batch": (1, s.max_batch, s.max_batch), "tokens": (1, min(128, s.max_seq_len), s.max_seq_len)}
+    # prompts take at least 2 positions (the runtime pads a 1-token prompt; torch.export traces S >= 2)
+    dims = {"batch": (1, s.max_batch, s.max_batch), "tokens": (2, min(128, s.max_seq_len), s.max_seq_len)}
     phases = {}
     for g in graphs:
         phases[g.phase] = {"onnx": g.path.name, "inputs": g.inputs, "outputs": g.outputs, "aliases": g.aliases,
-                           "profile": engines.profile_shapes(g.inputs, dims), "engines": {}}
+                           "in_place": g.in_place, "profile": engines.profile_shapes(g.inputs, dims), "engines": {}}
     info = {"backend": backend, "version": None, "targets": targets if backend else []}
     if backend is None:
         say("engine skipped: " + ("--onnx-only" if s.onnx_only else

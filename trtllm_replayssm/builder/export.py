@@ -52,6 +52,7 @@ class PhaseGraph:
     inputs: list[dict]  # name, dtype, shape (ints, or a dimension name for dynamic ones)
     outputs: list[dict]
     aliases: dict[str, str]  # state output -> the state input it updates
+    in_place: list[str]  # the state outputs a plugin writes in place (the others are new tensors: copy back)
     seconds: float = 0.0
 
 
@@ -175,7 +176,11 @@ def export_phase(net: HybridLM, template: StateSet, phase: str, path: Path, max_
     inputs = [_value_info(v) for v in model.graph.input]
     outputs = [_value_info(v) for v in model.graph.output]
     aliases = {n + STATE_OUTPUT_SUFFIX: n for n in written}
-    return PhaseGraph(phase, path, inputs, outputs, aliases, time.perf_counter() - start)
+    from trtllm_replayssm.trt_plugins import PLUGIN_NAMESPACE
+
+    by_plugins = {o for node in model.graph.node if node.domain == PLUGIN_NAMESPACE for o in node.output}
+    in_place = [o for o in aliases if o in by_plugins]
+    return PhaseGraph(phase, path, inputs, outputs, aliases, in_place, time.perf_counter() - start)
 
 
 def check_exportable(net: HybridLM) -> None:

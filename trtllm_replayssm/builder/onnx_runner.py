@@ -11,6 +11,7 @@ exported graphs (their plain ONNX ops, the plugin nodes' fields and wiring) with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -27,6 +28,20 @@ _PLUGINS = (trt_plugins.MAMBA2_DECODE, trt_plugins.GDN_DECODE, trt_plugins.MAMBA
             trt_plugins.GDN_PREFILL, trt_plugins.CONV1D_PREFILL)
 
 
+_RECORDS: list | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Collects every plugin node run inside the block as (plugin, fields, inputs by name, outputs)."""
+    global _RECORDS
+    _RECORDS = records = []
+    try:
+        yield records
+    finally:
+        _RECORDS = None
+
+
 @functools.cache
 def plugin_node_ops() -> list:
     """onnx.reference implementations (OpRun classes) of every plugin node."""
@@ -37,7 +52,10 @@ def plugin_node_ops() -> list:
             fields = {k: int(v) for k, v in attrs.items() if k not in ("plugin_version", "plugin_namespace")}
             names = trt_plugins.plugin_inputs(plugin, fields)
             named = {n: torch.from_numpy(np.array(a, copy=True)) for n, a in zip(names, inputs)}
-            return tuple(t.numpy() for t in run_plugin(plugin, fields, named))
+            outputs = run_plugin(plugin, fields, named)
+            if _RECORDS is not None:
+                _RECORDS.append((plugin, fields, named, outputs))
+            return tuple(t.numpy() for t in outputs)
         return type(plugin, (OpRun,), {"op_domain": trt_plugins.PLUGIN_NAMESPACE, "_run": _run})
 
     return [make(p) for p in _PLUGINS]
