@@ -24,8 +24,11 @@ builder/plugin_nodes.py turns into one TensorRT plugin node.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -94,9 +97,11 @@ class _Phase(nn.Module):
 def _phase_inputs(phase, template: StateSet, max_batch: int):
     b, S, T = _EXAMPLE_BATCH, _EXAMPLE_TOKENS, template.spec_tokens
     slot_idx = torch.arange(b, dtype=torch.int32)
-    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    # the ranges only tell torch.export the sizes are dynamic (at least the example's + 1: a range that ends at the
+    # example size would make it static); the engines' optimisation profiles hold the real limits
+    batch = torch.export.Dim("batch", min=1, max=max(max_batch, b + 1))
     if phase == "prefill":
-        tokens = torch.export.Dim("tokens", min=2, max=template.max_seq_len)
+        tokens = torch.export.Dim("tokens", min=2, max=max(template.max_seq_len, S + 1))
         args = (torch.ones(b, S, dtype=torch.long), torch.full((b,), S, dtype=torch.int32), slot_idx)
         return ("input_ids", "lengths", "slot_idx"), args, ({0: batch, 1: tokens}, {0: batch}, {0: batch}), ["logits"]
     if phase == "decode":
@@ -107,6 +112,22 @@ def _phase_inputs(phase, template: StateSet, max_batch: int):
         return ("input_ids", "positions", "slot_idx"), args, ({0: batch}, {0: batch}, {0: batch}), ["logits"]
     args = (torch.ones(b, dtype=torch.int32), slot_idx)
     return ("accepted", "slot_idx"), args, ({0: batch}, {0: batch}), []
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporters' warnings and notices (deprecations, optional packages not installed) kept off stderr."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
 
 
 def _value_info(v) -> dict:
@@ -127,10 +148,15 @@ def _rename_outputs(model, names: list[str]) -> None:
         v.name = renames.get(v.name, v.name)
 
 
-def _name_dims(model, names: dict[int, str]) -> None:
-    """Names the dynamic dimensions after the first input's axes (axis -> name, e.g. {0: "batch"}), everywhere."""
-    first = model.graph.input[0].type.tensor_type.shape.dim
-    renames = {first[axis].dim_param: name for axis, name in names.items() if first[axis].dim_param}
+def _name_dims(model, names: dict[str, dict[int, str]]) -> None:
+    """Names the dynamic dimensions of the phase inputs (input -> {axis: name}, e.g. {"input_ids": {0: "batch"}})
+    and every dimension the exporter gave the same symbol."""
+    renames = {}
+    for v in model.graph.input:
+        dims = v.type.tensor_type.shape.dim
+        for axis, name in names.get(v.name, {}).items():
+            if dims[axis].dim_param:
+                renames[dims[axis].dim_param] = name
     for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
         for d in v.type.tensor_type.shape.dim:
             if d.dim_param in renames:
@@ -156,17 +182,18 @@ def export_phase(net: HybridLM, template: StateSet, phase: str, path: Path, max_
     module = _Phase(net, template, phase, state_names)
     state_args = tuple(template.tensors[n] for n in state_names)
     dynamic = tuple(dyn) + tuple(None for _ in state_names)
-    with torch.no_grad():
+    with torch.no_grad(), _quiet():
         program = torch.export.export(module, args + state_args, dynamic_shapes=(dynamic,), strict=False,
-                                         prefer_deferred_runtime_asserts_over_guards=True)
+                                      prefer_deferred_runtime_asserts_over_guards=True)
     written = module.trace.written
     output_names = outs + [n + STATE_OUTPUT_SUFFIX for n in written]
-    onnx_program = torch.onnx.export(program, args + state_args, dynamo=True, opset_version=OPSET,
-                                     custom_translation_table=plugin_nodes.translation_table(),
-                                     input_names=list(names) + state_names, verbose=False, optimize=True)
+    with _quiet():
+        onnx_program = torch.onnx.export(program, args + state_args, dynamo=True, opset_version=OPSET,
+                                         custom_translation_table=plugin_nodes.translation_table(),
+                                         input_names=list(names) + state_names, verbose=False, optimize=True)
     model = onnx_program.model_proto
     _rename_outputs(model, output_names)
-    _name_dims(model, {axis: dim.__name__ for axis, dim in dyn[0].items()})
+    _name_dims(model, {n: {axis: dim.__name__ for axis, dim in d.items()} for n, d in zip(names, dyn)})
     _prune_unused_inputs(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = path.name + ".data"

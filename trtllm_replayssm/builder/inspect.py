@@ -27,8 +27,10 @@ def summary(path, gpu_bytes: float = H200_BYTES) -> dict:
     """The inspect report of a build folder or engine as a dict (what --json prints)."""
     config_path = find_config(path)
     config = json.loads(config_path.read_text())
-    if config.get("format") != 1:
-        raise ValueError(f"{config_path}: format {config.get('format')!r} is not one this version reads (1)")
+    if "format" not in config or "phases" not in config:
+        raise ValueError(f"{config_path} is not the config.json of a `trtllm-replayssm build` output")
+    if config["format"] != 1:
+        raise ValueError(f"{config_path}: format {config['format']!r} is not one this version reads (1)")
     s = config["settings"]
     kinds = {}
     for layer in config["layers"]:

@@ -8,6 +8,7 @@ import sys
 from trtllm_replayssm.cli import args as cli
 from trtllm_replayssm.config import READ_FORMATS, ReplayConfig
 from trtllm_replayssm.network import MODES
+from trtllm_replayssm.runtime.built import EXECUTORS
 
 
 def add_runtime(p) -> None:
@@ -32,12 +33,26 @@ def add_runtime(p) -> None:
     p.add_argument("--max-queue", type=cli.int_range(0, 1 << 20), default=256,
                    help="requests waiting for a slot before new ones get a busy error (default %(default)s)")
     cli.add_seed(p)
+    p.add_argument("--engine", type=cli.non_empty, default=None, metavar="DIR",
+                   help="serve a `build` output folder instead of MODEL (its slots and max_seq_len; the model "
+                        "options above do not apply)")
+    p.add_argument("--executor", choices=EXECUTORS, default="tensorrt",
+                   help="with --engine: tensorrt (the engines, on a GPU TensorRT supports) or onnx (its ONNX "
+                        "graphs through onnx.reference on the CPU: slow, for checking); default %(default)s")
 
 
 def engine_from_args(args):
     """An Engine from the runtime options; project validation errors become one-line usage errors."""
     from trtllm_replayssm.runtime import Engine
 
+    if getattr(args, "engine", None) is not None:
+        if args.model is not None:
+            raise cli.UsageError("give MODEL or --engine DIR, not both")
+        try:
+            with cli.usage_errors():
+                return Engine.from_build(args.engine, executor=args.executor, max_queue=args.max_queue)
+        except ImportError as e:
+            raise cli.UsageError(f"--executor {args.executor} needs {e.name}, which is not installed") from None
     with cli.usage_errors():
         device = cli.resolve_device(args.device, kernels=True)
         replay = ReplayConfig(args.buffer_len, args.state_dtype, read_format=args.read_format)

@@ -14,12 +14,18 @@ from trtllm_replayssm.cli.serve import add_runtime
 
 
 def _settings(args) -> dict:
+    if args.engine is not None:
+        if args.model is not None:
+            raise cli.UsageError("give MODEL or --engine DIR, not both")
+        if not (Path(args.engine) / "config.json").is_file():
+            raise cli.UsageError(f"--engine {args.engine}: no config.json (a folder written by `trtllm-replayssm build`)")
     dev = cli.resolve_device(args.device, kernels=True)
     return {"model": None if args.model is None else str(Path(args.model).resolve()) if Path(args.model).exists()
             else args.model, "device": str(dev), "mode": args.mode, "buffer_len": args.buffer_len,
             "state_dtype": args.state_dtype, "read_format": args.read_format, "dtype": args.dtype,
             "max_batch": args.max_batch, "max_seq_len": args.max_seq_len, "max_queue": args.max_queue,
-            "pool_gib": args.pool_gib, "seed": args.seed}
+            "pool_gib": args.pool_gib, "seed": args.seed,
+            "engine": None if args.engine is None else str(Path(args.engine).resolve()), "executor": args.executor}
 
 
 def _common(p) -> None:
