@@ -278,7 +278,7 @@ GOOD = [
 ]
 
 GOOD += [
-    (["build", "--output", "{empty}/engine", "--onnx-only", "--model", "{gdn_tiny}", "--mode", "conventional",
+    (["build", "--output", "{empty}/engine", "--onnx-only", "--model", "qwen3_5_tiny", "--mode", "conventional",
       "--buffer-len", "4", "--state-dtype", "bf16", "--act-dtype", "fp32", "--read-format", "none",
       "--max-batch", "3", "--max-seq-len", "16", "--spec-tokens", "2", "--target", "89", "--quiet"],
      ["export prefill.onnx", "export verify.onnx", "export commit.onnx", "engine skipped: --onnx-only", "done"]),
