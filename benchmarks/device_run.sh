@@ -14,6 +14,12 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 if [ -z "${RSSM_TENSORRT_INCLUDE_DIR:-}" ] && [ -d .cache/tensorrt-headers/include ]; then
   export RSSM_TENSORRT_INCLUDE_DIR=$PWD/.cache/tensorrt-headers/include
 fi
+# The exporter's packages, when the machine lacks them: wheels carried in .cache/wheels_export (onnxscript,
+# onnx_ir, ml_dtypes; pip download them on a machine with an index), installed without dependencies.
+for pair in onnxscript:onnxscript onnx_ir:onnx_ir ml_dtypes:ml_dtypes; do
+  mod=${pair%%:*}; whl=${pair##*:}
+  python3 -c "import $mod" 2>/dev/null || python3 -m pip install -q --no-deps --no-index .cache/wheels_export/$whl-*.whl
+done
 t0=$(date +%s)
 RSSM_CUDA_ARCHS=${RSSM_CUDA_ARCHS:-90} python3 -m pip install -q --no-build-isolation --no-deps -e . \
   > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }

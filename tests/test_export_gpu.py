@@ -65,25 +65,27 @@ def _close(got, want, what):
 def test_every_exported_plugin_node_runs_like_the_reference(name, mode, spec, tmp_path):
     records = _recorded_nodes(name, mode, spec, tmp_path / "graphs")
     assert records
+    drv = PluginDriver(tmp_path)  # one driver process for every node: tensors and plugins named per node
+    runs = []
+    for k, (plugin, fields, inputs, _) in enumerate(records):
+        y_like, _written = trt_plugins.plugin_outputs(plugin, fields)
+        order = trt_plugins.plugin_inputs(plugin, fields)
+        for n in order:
+            drv.tensor(f"n{k}.{n}", inputs[n].to("cuda"))
+        if y_like is not None:
+            drv.tensor(f"n{k}.y", torch.full_like(inputs[y_like], float("nan")).to("cuda"), initial=False)
+        drv.plugin(f"p{k}", plugin, fields, [f"n{k}.{n}" for n in order], f"n{k}.y" if y_like is not None else None)
+        runs.append(drv.run(f"p{k}"))
+    drv.execute()
     for k, (plugin, fields, inputs, outputs) in enumerate(records):
         y_like, written = trt_plugins.plugin_outputs(plugin, fields)
-        order = trt_plugins.plugin_inputs(plugin, fields)
-        drv = PluginDriver(tmp_path / f"node{k}")
-        drv.tmp.mkdir()
-        for n in order:
-            drv.tensor(n, inputs[n].to("cuda"))
-        if y_like is not None:
-            drv.tensor("y", torch.full_like(inputs[y_like], float("nan")).to("cuda"), initial=False)
-        drv.plugin("p", plugin, fields, order, "y" if y_like is not None else None)
-        run = drv.run("p")
-        drv.execute()
         want = list(outputs)
         live = inputs["slot_idx"] >= 0
         if "lengths" in inputs:  # a prefill writes the prompt's tokens only: [b, S] of live rows, t < length
             S = inputs[y_like].shape[1]
             live = live[:, None] & (torch.arange(S)[None] < inputs["lengths"][:, None])
         if y_like is not None:
-            y = drv.out(run, "y").cpu()
+            y = drv.out(runs[k], f"n{k}.y").cpu()
             _close(y[live], want.pop(0)[live], f"node {k} {plugin}: y")
         for n, t in zip(written, want):
-            _close(drv.final(n).cpu(), t, f"node {k} {plugin}: {n}")
+            _close(drv.final(f"n{k}.{n}").cpu(), t, f"node {k} {plugin}: {n}")
