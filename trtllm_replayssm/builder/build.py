@@ -116,8 +116,9 @@ def build(model, output: Path, s: BuildSettings, log=print) -> dict:
     info = {"backend": backend, "version": None, "targets": targets if backend else []}
     if backend is None:
         say("engine skipped: " + ("--onnx-only" if s.onnx_only else
-                                  "neither TensorRT (pip install tensorrt) nor TensorRT-RTX "
-                                  "(pip install tensorrt-rtx==1.7.1.116) is installed; the ONNX graphs are written"))
+                                  "neither TensorRT nor TensorRT-RTX is installed, the ONNX graphs are written "
+                                  "(pip install tensorrt-rtx==1.7.1.116 builds engines for SM 75-89 and 120 "
+                                  "without a GPU)"))
     else:
         shutil.copy2(trt_plugins.library_path(), output / "libreplayssm_trt.so")
         for target in targets:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trtllm_replayssm.builder.build import BuildSettings, build
 from trtllm_replayssm.builder.dry_run import format_plan
-from trtllm_replayssm.builder.engine import EngineBuildError, available_backend
+from trtllm_replayssm.builder.engine import EngineBuildError
 from trtllm_replayssm.cli import args as cli
 from trtllm_replayssm.config import READ_FORMATS, SPEC_MAX_WINDOW, SPEC_MIN_WINDOW, ReplayConfig
 from trtllm_replayssm.network.model import MODES
@@ -51,9 +51,6 @@ def main(args) -> int:
     cli.load_model(args.model)  # refuses an unreadable or unsupported config in one line
     settings = BuildSettings(args.buffer_len, args.state_dtype, args.act_dtype, args.read_format, args.mode,
                              args.max_batch, args.max_seq_len, args.spec_tokens, args.target, args.onnx_only)
-    if not args.onnx_only and available_backend() is None:
-        print("note: neither TensorRT nor TensorRT-RTX is installed: only the ONNX graphs will be written "
-              "(pip install tensorrt-rtx==1.7.1.116 builds engines for SM 75-89 and 120 without a GPU)")
     try:
         with cli.usage_errors():
             build(args.model, args.output, settings, log=print)

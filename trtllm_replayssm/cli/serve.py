@@ -4,6 +4,7 @@ the in-flight-batching runtime. Defaults work on the bundled config (token-id pr
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from trtllm_replayssm.cli import args as cli
 from trtllm_replayssm.config import READ_FORMATS, ReplayConfig
@@ -41,13 +42,22 @@ def add_runtime(p) -> None:
                         "graphs through onnx.reference on the CPU: slow, for checking); default %(default)s")
 
 
+def check_runtime_args(args) -> None:
+    """The runtime options' checks that need no work (before extras are looked for)."""
+    if args.engine is not None:
+        if args.model is not None:
+            raise cli.UsageError("give MODEL or --engine DIR, not both")
+        if not (Path(args.engine) / "config.json").is_file():
+            raise cli.UsageError(f"--engine {args.engine}: no config.json (a folder written by "
+                                 "`trtllm-replayssm build`)")
+
+
 def engine_from_args(args):
     """An Engine from the runtime options; project validation errors become one-line usage errors."""
     from trtllm_replayssm.runtime import Engine
 
-    if getattr(args, "engine", None) is not None:
-        if args.model is not None:
-            raise cli.UsageError("give MODEL or --engine DIR, not both")
+    check_runtime_args(args)
+    if args.engine is not None:
         try:
             with cli.usage_errors():
                 return Engine.from_build(args.engine, executor=args.executor, max_queue=args.max_queue)
@@ -73,6 +83,7 @@ def register(sub):
 
 
 def main(args) -> int:
+    check_runtime_args(args)
     try:
         import uvicorn
 

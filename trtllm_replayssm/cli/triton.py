@@ -10,15 +10,11 @@ import tempfile
 from pathlib import Path
 
 from trtllm_replayssm.cli import args as cli
-from trtllm_replayssm.cli.serve import add_runtime
+from trtllm_replayssm.cli.serve import add_runtime, check_runtime_args
 
 
 def _settings(args) -> dict:
-    if args.engine is not None:
-        if args.model is not None:
-            raise cli.UsageError("give MODEL or --engine DIR, not both")
-        if not (Path(args.engine) / "config.json").is_file():
-            raise cli.UsageError(f"--engine {args.engine}: no config.json (a folder written by `trtllm-replayssm build`)")
+    check_runtime_args(args)
     dev = cli.resolve_device(args.device, kernels=True)
     return {"model": None if args.model is None else str(Path(args.model).resolve()) if Path(args.model).exists()
             else args.model, "device": str(dev), "mode": args.mode, "buffer_len": args.buffer_len,
@@ -62,6 +58,7 @@ def main_server(args) -> int:
     from trtllm_replayssm.serve.triton_env import TritonUnavailable, find_server
     from trtllm_replayssm.serve.triton_repo import write_repository
 
+    settings = _settings(args)
     ports = {args.http_port, args.grpc_port, args.metrics_port}
     if len(ports) < 3:
         raise cli.UsageError("--http-port, --grpc-port and --metrics-port must differ")
@@ -74,7 +71,7 @@ def main_server(args) -> int:
     except TritonUnavailable as e:
         raise cli.UsageError(str(e)) from None
     with tempfile.TemporaryDirectory(prefix="replayssm-triton-") as repo:
-        write_repository(Path(repo), args.name, _settings(args))
+        write_repository(Path(repo), args.name, settings)
         proc = server.start(Path(repo), args.http_port, args.grpc_port, args.metrics_port)
         print(f"tritonserver: HTTP http://127.0.0.1:{args.http_port} (generate: /v2/models/{args.name}/generate, "
               f"generate_stream), gRPC 127.0.0.1:{args.grpc_port}, metrics :{args.metrics_port}; Ctrl-C stops it",
