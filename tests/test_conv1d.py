@@ -25,7 +25,7 @@ def conv_token(weight, bias):
 def test_speculative_conv_matches_sequential_over_40_steps(k, T):
     C, slots_n, batch = 32, 5, 3
     weight, bias = torch.randn(C, k), torch.randn(C)
-    step = conv_token(weight, bias)
+    conv = conv_token(weight, bias)
     windows = torch.zeros(slots_n, C, k - 1 + T)
     windows[:, :, :k - 1] = torch.randn(slots_n, C, k - 1)
     truth = windows[:, :, :k - 1].clone()
@@ -40,7 +40,7 @@ def test_speculative_conv_matches_sequential_over_40_steps(k, T):
         def close(b, i, y_true):
             assert rel_err(out[b, i], y_true) < 1e-6, f"step {step} token {i}"
 
-        advance_truth(truth, slots, accepted, T, lambda st, b, i: step(st, x[b:b + 1, i]), close)
+        advance_truth(truth, slots, accepted, T, lambda st, b, i: conv(st, x[b:b + 1, i]), close)
         conv1d_commit_reference(windows, accepted, k, slot_idx=slots)
         assert torch.equal(windows[:, :, :k - 1], truth), "committed history differs from the sequential state"
 
