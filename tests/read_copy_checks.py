@@ -8,7 +8,8 @@ import torch
 # Unit roundoff u of each read format: the largest relative rounding error of a stored state value against the
 # scale it is stored at. fp16 (10 mantissa bits) 2^-11 and bf16 (7 bits) 2^-8 of the value itself; fp8 e4m3
 # (3 bits, behind an fp32 scale per state row) 2^-4 of the value; nvfp4 (e2m1 codes 0, 0.5 .. 6 behind an e4m3
-# scale per block of 16 values) ~2^-2 of the block's largest value (the step from 4 to 6 is a third of it).
+# scale per block of 16 values) ~2^-2 of the block's largest value (half the step from 4 to 6, a sixth of it,
+# plus the e4m3 scale's own rounding).
 READ_COPY_UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "fp8": 2.0 ** -4, "nvfp4": 2.0 ** -2}
 # Unit roundoff of the activation dtype y is stored in.
 ACT_UNIT = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
