@@ -74,3 +74,19 @@ def test_refusals_are_one_line_and_write_nothing(argv, words, tmp_path):
     assert code == 2 and stdout == "" and len(err.splitlines()) == 1, (code, stdout, err)
     assert all(w in err for w in words), err
     assert not out.exists()
+
+
+def test_the_readmes_engine_command_builds_an_engine(tmp_path, monkeypatch):
+    """The README's `build` line, run as written (in a scratch folder), writes engines."""
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    (line,) = [ln.strip() for ln in readme.splitlines() if ln.strip().startswith("trtllm-replayssm build --model")]
+    argv = shlex.split(line)[1:]
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(argv)
+    assert code == 0, err
+    out_dir = tmp_path / argv[argv.index("--output") + 1]
+    engines = sorted(p.name for p in out_dir.glob("*.engine"))
+    assert engines == ["decode.sm89.engine", "prefill.sm89.engine"], engines
