@@ -3,16 +3,18 @@
 # package index (Python 3.12, x86-64): the folder .cache/triton_carry (git-ignored; never committed), to be
 # carried along with the working tree:
 #   server.tar.xz  tritonserver 2.51 and its Python backend from the nvidia-pytriton 0.7.0 wheel, trimmed to what
-#                  the server needs: pytriton/tritonserver/{bin,backends,caches}, the stub for Python 3.12 and
+#                  the server needs: pytriton/tritonserver/{bin,backends,caches}, the stub for Python PYVER and
 #                  nvidia_pytriton.libs without its libpython (the stub uses the GPU machine's own)
 #   wheels/        numpy 1.26.4 (the Python backend returns empty outputs with numpy 2) and FastAPI / uvicorn with
 #                  their dependencies, for `trtllm-replayssm serve`
-# Usage (repo root): bash benchmarks/triton_carry.sh     then carry .cache/triton_carry
+# Usage (repo root): bash benchmarks/triton_carry.sh [OUT]     then carry OUT (default .cache/triton_carry)
+# PYVER (default 3.12): the GPU machine's Python; another version makes a carry to try device_triton.sh here.
 set -euo pipefail
-dl=.cache/triton_download
-out=.cache/triton_carry
+out=${1:-.cache/triton_carry}
+pyver=${PYVER:-3.12}
+dl=.cache/triton_download/$pyver
 py=${PYTHON:-python3}
-target=(--only-binary :all: --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64
+target=(--only-binary :all: --python-version "$pyver" --implementation cp --platform manylinux_2_35_x86_64
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 mkdir -p "$dl/serve"
 rm -rf "$out" && mkdir -p "$out/wheels"
@@ -24,10 +26,10 @@ unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT
 "$py" -m zipfile -e "$dl"/nvidia_pytriton-0.7.0-*.whl "$unpacked"
 keep=(pytriton/__init__.py pytriton/tritonserver/bin pytriton/tritonserver/backends pytriton/tritonserver/caches
-      pytriton/tritonserver/python_backend_stubs/3.12 nvidia_pytriton.libs)
+      "pytriton/tritonserver/python_backend_stubs/$pyver" nvidia_pytriton.libs)
 rm -f "$unpacked"/nvidia_pytriton.libs/libpython3*
 chmod +x "$unpacked"/pytriton/tritonserver/bin/tritonserver \
-         "$unpacked"/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub
+         "$unpacked/pytriton/tritonserver/python_backend_stubs/$pyver/triton_python_backend_stub"
 tar -C "$unpacked" -cf - "${keep[@]}" | xz -T0 -6 > "$out/server.tar.xz"
 du -b "$out/server.tar.xz" "$out"/wheels/*.whl | sort -n
 echo "total: $(du -sb "$out" | cut -f1) bytes in $out"
