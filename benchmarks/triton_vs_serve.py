@@ -157,13 +157,10 @@ def descendants(pid: int) -> list:
 
 
 def free_slots(metrics_url: str) -> float | None:
-    """The Triton model's replayssm_free_slots gauge; None while the model is not loaded."""
-    try:
-        text = httpx.get(metrics_url, timeout=5).text
-    except httpx.HTTPError:
-        return None
+    """The Triton model's replayssm_free_slots gauge; None while the model is not loaded (the gauge goes with it)."""
+    text = httpx.get(metrics_url, timeout=5).text
     for line in text.splitlines():
-        if line.startswith("replayssm_free_slots"):
+        if line.startswith(f'replayssm_free_slots{{model="{NAME}"}}'):
             return float(line.split()[-1])
     return None
 
@@ -331,6 +328,7 @@ def run_triton(args, model_dir: Path, pool) -> tuple:
             wait_until(lambda: _status(f"{model_url}/ready") != 200, 60)
             wait_until(lambda: not _stubs(proc.pid), 120)
             row["stubs_after_unload"] = len(_stubs(proc.pid))
+            row["free_slots_after_unload"] = free_slots(metrics_url)
             row["gpu_mib_after_unload"] = settled_gpu_mib()
             cycles.append(row)
             print(f"cycle {cycle + 1}: {row}", file=sys.stderr, flush=True)
@@ -349,7 +347,7 @@ def leak_verdict(cycles: list, args) -> str:
     if not cycles:
         return "not run"
     slots = all(c["free_slots_after_load"] == args.requests and c["free_slots_after_run"] == args.requests
-                for c in cycles)
+                and c["free_slots_after_unload"] is None for c in cycles)
     stubs = all(c["stubs_loaded"] > 0 and c["stubs_after_unload"] == 0 for c in cycles)
     mem = [c["gpu_mib_after_unload"] for c in cycles]
     if None in mem:
@@ -361,7 +359,7 @@ def leak_verdict(cycles: list, args) -> str:
                   f"(tolerance {args.tolerance_mib} MiB)")
         ok = slots and stubs and drift <= args.tolerance_mib
     return (f"{'no leak' if ok else 'LEAK'}: {memory}; free slots {'always' if slots else 'NOT always'} "
-            f"{args.requests} after load and after the requests; Python-backend stub processes: "
+            f"{args.requests} after load and after the requests, gone after unload; Python-backend stub processes: "
             f"{'one per load, none after unload' if stubs else 'NOT one per load and none after unload'}")
 
 
@@ -389,11 +387,13 @@ def table(res: dict, args) -> str:
     out += ["", f"Load / unload cycles (tritonserver --model-control-mode explicit; GPU memory from nvidia-smi, "
             f"{_n(res['gpu_mib_before'])} MiB before the server started):", "",
             "| cycle | free slots after load | requests ok | free slots after them | GPU MiB loaded | "
-            "GPU MiB after unload | stub processes loaded / after unload |", "|---|---|---|---|---|---|---|"]
+            "GPU MiB after unload | free-slot gauge after unload | stub processes loaded / after unload |",
+            "|---|---|---|---|---|---|---|---|"]
     for c in res.get("cycles", []):
+        gauge = "gone" if c["free_slots_after_unload"] is None else _n(c["free_slots_after_unload"])
         out.append(f"| {c['cycle']} | {_n(c['free_slots_after_load'])} | {_n(c.get('requests_ok'))} | "
                    f"{_n(c['free_slots_after_run'])} | {_n(c['gpu_mib_loaded'])} | {_n(c['gpu_mib_after_unload'])} | "
-                   f"{c['stubs_loaded']} / {c['stubs_after_unload']} |")
+                   f"{gauge} | {c['stubs_loaded']} / {c['stubs_after_unload']} |")
     out += ["", f"Leak check: {res['leak']}"]
     return "\n".join(out)
 
@@ -442,7 +442,7 @@ def main(argv=None) -> int:
     p.add_argument("--serve", choices=("auto", "http", "engine"), default="auto",
                    help="serve over HTTP, or the runtime engine in process (auto: HTTP when FastAPI is there)")
     p.add_argument("--tolerance-mib", type=int, default=64, help="GPU memory drift allowed across unloads")
-    p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds a server may take to get ready")
+    p.add_argument("--ready-timeout", type=float, default=240.0, help="seconds a server may take to get ready")
     args = p.parse_args(argv)
     for name in ("requests", "prompt_len", "output_len", "rounds", "clients", "cycles"):
         if getattr(args, name) < 1:

@@ -119,3 +119,6 @@ class TritonPythonModel:
 
     def finalize(self):
         self.engine.stop()
+        # Deleted here, while the stub still talks to the server: otherwise Triton keeps reporting the last value
+        # after the model is unloaded.
+        del self.free_slots, self.metric_family
