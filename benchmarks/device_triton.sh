@@ -9,12 +9,14 @@
 set -eo pipefail
 out=${1:?output folder}; shift
 carry=${RSSM_TRITON_CARRY:-.cache/triton_carry}
-[ -f "$carry/server.tar.xz" ] || { echo "no $carry/server.tar.xz: run benchmarks/triton_carry.sh and carry $carry"; exit 2; }
+if [ ! -f "$carry/server.tar.xz" ]; then
+  echo "no $carry/server.tar.xz: run benchmarks/triton_carry.sh and carry $carry"; exit 2
+fi
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 t0=$(date +%s)
-base_sites=$(python3 -c 'import sysconfig; print(" ".join(sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})))')
+base_sites=$(python3 -c 'import sysconfig; p = sysconfig.get_paths(); print(" ".join({p["purelib"], p["platlib"]}))')
 env=${RSSM_TRITON_ENV:-/tmp/rssm-triton-env}
 rm -rf "$env"
 python3 -m venv --system-site-packages --without-pip "$env"
@@ -26,7 +28,8 @@ for s in $base_sites; do echo "import site; site.addsitedir('$s')"; done > "$sit
 tar -xJf "$carry/server.tar.xz" -C "$site"
 export PATH=$env/bin:$PATH
 python -c "import numpy, torch; assert int(numpy.__version__.split('.')[0]) < 2, numpy.__version__; \
-print('environment: numpy', numpy.__version__, 'from', numpy.__file__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
+print('environment: numpy', numpy.__version__, 'from', numpy.__file__, '| torch', torch.__version__, \
+'| cuda', torch.cuda.is_available())"
 echo "environment: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 RSSM_CUDA_ARCHS=${RSSM_CUDA_ARCHS:-90} python -m pip install -q --no-build-isolation --no-deps -e . \

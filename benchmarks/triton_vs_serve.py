@@ -74,8 +74,10 @@ def start(cmd: list, log_path: Path, ready_url: str, timeout_s: float) -> subpro
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     if not wait_until(lambda: _status(ready_url) == 200, timeout_s, proc):
+        status = "still starting" if proc.poll() is None else f"exit status {proc.returncode}"
+        msg = f"{cmd[3]} did not get ready in {timeout_s:.0f} s ({status}; {log_path.name}: {_last_line(log_path)})"
         stop(proc)
-        raise RuntimeError(f"{cmd[3]} did not get ready in {timeout_s:.0f} s: {_tail(log_path)}")
+        raise RuntimeError(msg)
     return proc
 
 
@@ -108,18 +110,26 @@ def _status(url: str) -> int | None:
         return None
 
 
-def _tail(path: Path, n: int = 1500) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else ""
+def _last_line(path: Path) -> str:
+    lines = [x.strip() for x in path.read_text(errors="replace").splitlines() if x.strip()] if path.exists() else []
+    return lines[-1][:300] if lines else "(empty)"
 
 
-def gpu_mib() -> int | None:
-    """GPU memory in use (MiB, the first GPU) from nvidia-smi; None without one."""
+def nvidia_smi(field: str) -> str | None:
+    """One field of the first GPU from nvidia-smi (this process itself never touches CUDA, so that the memory
+    readings hold only the servers'); None without a GPU."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return int(out.stdout.split()[0]) if out.returncode == 0 and out.stdout.strip() else None
+    return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def gpu_mib() -> int | None:
+    """GPU memory in use (MiB), all processes."""
+    used = nvidia_smi("memory.used")
+    return None if used is None else int(used)
 
 
 def settled_gpu_mib(timeout_s: float = 20.0) -> int | None:
@@ -293,48 +303,49 @@ def _serve_engine(args, model_dir: Path) -> dict:
             torch.cuda.empty_cache()
 
 
-def run_triton(args, model_dir: Path, pool) -> tuple:
-    """Throughput through `trtllm-replayssm triton --model-control-mode explicit`, then the load / unload cycles.
-    Returns (throughput, cycles)."""
+def run_triton(args, model_dir: Path, pool, res: dict, save) -> None:
+    """Throughput through `trtllm-replayssm triton --model-control-mode explicit` (res["triton"]), then the load /
+    unload cycles (res["cycles"]); save() after each step, so that a run cut short still leaves its figures."""
     http, grpc, metrics = free_ports(3)
     url, metrics_url = f"http://127.0.0.1:{http}", f"http://127.0.0.1:{metrics}/metrics"
     model_url = f"{url}/v2/models/{NAME}"
     proc = start(cli("triton", *runtime_options(args, model_dir), "--name", NAME, "--model-control-mode", "explicit",
                      "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)),
                  args.out / "triton.log", f"{model_url}/ready", args.ready_timeout)
-    throughput, cycles = None, []
     try:
         for cycle in range(args.cycles):
             row = {"cycle": cycle + 1}
             if cycle:
-                r = httpx.post(f"{url}/v2/repository/models/{NAME}/load", timeout=args.ready_timeout)
-                if r.status_code != 200:
-                    raise RuntimeError(f"load {cycle + 1} failed: HTTP {r.status_code} {r.text[:200]}")
+                _repository(url, "load", cycle, args)
             row["free_slots_after_load"] = free_slots(metrics_url)
             if cycle == 0:
-                throughput = {"route": "triton: HTTP generate_stream, streamed (Python backend)",
-                              **measure(lambda r: http_round(pool, url, "triton", args, r), args)}
-                row["requests_ok"] = throughput["requests_ok"]
+                res["triton"] = {"route": "triton: HTTP generate_stream, streamed (Python backend)",
+                                 **measure(lambda r: http_round(pool, url, "triton", args, r), args)}
+                row["requests_ok"] = res["triton"]["requests_ok"]
+                save()
             else:
-                one = http_round(pool, url, "triton", args, 100 + cycle)
-                row["requests_ok"] = one["ok"]
+                row["requests_ok"] = http_round(pool, url, "triton", args, 100 + cycle)["ok"]
             wait_until(lambda: free_slots(metrics_url) == args.requests, 30)
             row["free_slots_after_run"] = free_slots(metrics_url)
             row["gpu_mib_loaded"] = gpu_mib()
             row["stubs_loaded"] = len(_stubs(proc.pid))
-            r = httpx.post(f"{url}/v2/repository/models/{NAME}/unload", timeout=args.ready_timeout)
-            if r.status_code != 200:
-                raise RuntimeError(f"unload {cycle + 1} failed: HTTP {r.status_code} {r.text[:200]}")
+            _repository(url, "unload", cycle, args)
             wait_until(lambda: _status(f"{model_url}/ready") != 200, 60)
             wait_until(lambda: not _stubs(proc.pid), 120)
             row["stubs_after_unload"] = len(_stubs(proc.pid))
             row["free_slots_after_unload"] = free_slots(metrics_url)
             row["gpu_mib_after_unload"] = settled_gpu_mib()
-            cycles.append(row)
+            res["cycles"].append(row)
+            save()
             print(f"cycle {cycle + 1}: {row}", file=sys.stderr, flush=True)
     finally:
         stop(proc)
-    return throughput, cycles
+
+
+def _repository(url: str, action: str, cycle: int, args) -> None:
+    r = httpx.post(f"{url}/v2/repository/models/{NAME}/{action}", timeout=args.ready_timeout)
+    if r.status_code != 200:
+        raise RuntimeError(f"{action} {cycle + 1} failed: HTTP {r.status_code} {r.text[:200]}")
 
 
 def _stubs(pid: int) -> list:
@@ -376,8 +387,9 @@ def table(res: dict, args) -> str:
            "", "| server | route | tokens/s | per round | TTFT p50 ms | ITL p50 ms |", "|---|---|---|---|---|---|"]
     for key in ("serve", "triton"):
         r = res.get(key)
-        if r is None or "error" in r:
-            out.append(f"| {key} | failed: {(r or {}).get('error', 'not run')} | | | | |")
+        if r is None:
+            out.append(f"| {key} | {'failed: ' + res['errors'][key] if key in res['errors'] else 'not run yet'} "
+                       "| | | | |")
             continue
         out.append(f"| {key} | {r['route']} | {r['tokens_per_s']:.0f} | "
                    f"{' / '.join(f'{x:.0f}' for x in r['rounds_tokens_per_s'])} | {r['ttft_ms_p50']} | "
@@ -399,29 +411,38 @@ def table(res: dict, args) -> str:
 
 
 def run(args) -> dict:
-    import torch
-
     cfg = (configs(False) | configs(True))[args.config]
     args.vocab = min(args.vocab, cfg["vocab_size"])
-    res = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
-           "gpu_mib_before": gpu_mib(), "config": cfg}
+    res = {"device": nvidia_smi("name") if args.device == "cuda" else "CPU",
+           "gpu_mib_before": gpu_mib(), "config": cfg, "cycles": [], "errors": {}}
     with tempfile.TemporaryDirectory(prefix="triton_vs_serve_") as tmp:
         model_dir = Path(tmp) / args.config
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(cfg))
         with ProcessPoolExecutor(args.clients, mp_context=multiprocessing.get_context("fork")) as pool:
             try:
-                res["triton"], res["cycles"] = run_triton(args, model_dir, pool)
+                run_triton(args, model_dir, pool, res, lambda: report(res, args))
             except Exception as e:  # the table records what failed; serve still runs
-                res["triton"] = {"error": f"{type(e).__name__}: {e}"}
+                res["errors"]["triton"] = f"{type(e).__name__}: {e}"
             try:
                 res["serve"] = run_serve(args, model_dir, pool)
             except Exception as e:
-                res["serve"] = {"error": f"{type(e).__name__}: {e}"}
-    if "tokens_per_s" in res["triton"] and "tokens_per_s" in res["serve"]:
-        res["ratio"] = res["triton"]["tokens_per_s"] / res["serve"]["tokens_per_s"]
-    res["leak"] = leak_verdict(res.get("cycles", []), args)
+                res["errors"]["serve"] = f"{type(e).__name__}: {e}"
     return res
+
+
+def report(res: dict, args) -> str:
+    """Derived figures (ratio, leak verdict) into `res`; the table and the raw figures into args.out."""
+    if "triton" in res and "serve" in res:
+        res["ratio"] = res["triton"]["tokens_per_s"] / res["serve"]["tokens_per_s"]
+    res["leak"] = leak_verdict(res["cycles"], args)
+    if len(res["cycles"]) < args.cycles:
+        res["leak"] = (f"incomplete ({len(res['cycles'])} of {args.cycles} cycles"
+                       f"{': ' + res['errors']['triton'] if 'triton' in res['errors'] else ''}); {res['leak']}")
+    text = table(res, args)
+    (args.out / "triton_vs_serve.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    (args.out / "triton_vs_serve.md").write_text(text + "\n")
+    return text
 
 
 def main(argv=None) -> int:
@@ -437,7 +458,7 @@ def main(argv=None) -> int:
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--rounds", type=int, default=3, help="measured rounds after one warm-up (default 3)")
     p.add_argument("--clients", type=int, default=4, help="client processes sending the requests (default 4)")
-    p.add_argument("--cycles", type=int, default=4, help="Triton load / unload cycles (default 4)")
+    p.add_argument("--cycles", type=int, default=3, help="Triton load / unload cycles (default 3)")
     p.add_argument("--vocab", type=int, default=1000, help="prompt token ids are drawn from 1..VOCAB-1")
     p.add_argument("--serve", choices=("auto", "http", "engine"), default="auto",
                    help="serve over HTTP, or the runtime engine in process (auto: HTTP when FastAPI is there)")
@@ -453,10 +474,7 @@ def main(argv=None) -> int:
     args.clients = min(args.clients, args.requests)
     args.out.mkdir(parents=True, exist_ok=True)
     res = run(args)
-    text = table(res, args)
-    (args.out / "triton_vs_serve.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
-    (args.out / "triton_vs_serve.md").write_text(text + "\n")
-    print(text)
+    print(report(res, args))
     ok = "ratio" in res and res["leak"].startswith("no leak")
     return 0 if ok else 1
 

@@ -180,7 +180,8 @@ def test_ignore_eos_runs_past_the_end_token(triton):
     net = load_network(str(triton["eos_dir"]))
     want, logits = greedy_alone(net, EOS_PROMPT, 6)
     assert net.eos_token_ids == (want[0],)
-    assert stopped.status_code == 200 and np.atleast_1d(stopped.json()["output_ids"]).tolist() == [want[0]], stopped.text
+    assert stopped.status_code == 200, stopped.text
+    assert np.atleast_1d(stopped.json()["output_ids"]).tolist() == [want[0]], stopped.text
     assert ignored.status_code == 200, ignored.text
     assert len(ignored.json()["output_ids"]) == 6
     assert_same_greedy(ignored.json()["output_ids"], want, logits)

@@ -1,5 +1,6 @@
 """`trtllm-replayssm bench-serve`: concurrent streaming requests against a running server (`serve`, or `triton`
-with `--api triton`); prints throughput, time to first token and inter-token latency percentiles (`--json` for tools)."""
+with `--api triton`); prints throughput, time to first token and inter-token latency percentiles (`--json` for
+tools)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ def register(sub):
     p = sub.add_parser("bench-serve", help="load a running server (OpenAI-compatible or Triton) and report latencies")
     p.add_argument("--url", type=cli.http_url, default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
     p.add_argument("--api", choices=("openai", "triton"), default="openai",
-                   help="openai: /v1/completions (serve); triton: /v2/models/MODEL/generate_stream (default %(default)s)")
-    p.add_argument("--model", type=cli.non_empty, default=None, help="model name (default: the server's first ready one)")
+                   help="openai: /v1/completions (serve); triton: /v2/models/MODEL/generate_stream "
+                        "(default %(default)s)")
+    p.add_argument("--model", type=cli.non_empty, default=None,
+                   help="model name (default: the server's first ready one)")
     p.add_argument("--num-requests", type=cli.int_range(1, 1_000_000), default=64, help="requests in all")
     p.add_argument("--concurrency", type=cli.int_range(1, 100_000), default=16, help="requests in flight at most")
     p.add_argument("--prompt-len", type=cli.int_range(1, 1 << 20), default=32, help="prompt tokens per request")
