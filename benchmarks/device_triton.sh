@@ -25,7 +25,8 @@ site=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pure
 for s in $base_sites; do echo "import site; site.addsitedir('$s')"; done > "$site/zz_machine_site_packages.pth"
 "$env/bin/python" -m pip install -q --no-index --no-deps --ignore-installed --no-compile --no-cache-dir \
   "$carry"/wheels/*.whl
-tar -xJf "$carry/server.tar.xz" -C "$site"
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
+  "$carry/server.tar.xz" "$site"  # Python's lzma: no xz program needed
 export PATH=$env/bin:$PATH
 python -c "import numpy, torch; assert int(numpy.__version__.split('.')[0]) < 2, numpy.__version__; \
 print('environment: numpy', numpy.__version__, 'from', numpy.__file__, '| torch', torch.__version__, \
