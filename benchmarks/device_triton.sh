@@ -33,7 +33,7 @@ print('environment: numpy', numpy.__version__, 'from', numpy.__file__, '| torch'
 '| cuda', torch.cuda.is_available())"
 echo "environment: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
-RSSM_CUDA_ARCHS=${RSSM_CUDA_ARCHS:-90} python -m pip install -q --no-build-isolation --no-deps -e . \
+RSSM_CUDA_ARCHS=${RSSM_CUDA_ARCHS:-90} python -m pip install -q --no-index --no-build-isolation --no-deps -e . \
   > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
