@@ -16,14 +16,19 @@ out=${1:?output folder}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 OMP_NUM_THREADS=2
 files=$(ls tests/test_*kernels*.py tests/test_tensorrt_plugin_gpu.py tests/test_prefill*.py 2>/dev/null | tr '\n' ' ')
-run_tool() {  # tool shard-spec
-  local tool=$1 shard=$2
+run_tool() {  # label tool shard-spec files...
+  local label=$1 tool=$2 shard=$3; shift 3
   RSSM_TEST_SHARD=$shard timeout "${HYGIENE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 86 \
-    --print-limit 20 python3 -m pytest -q -p no:cacheprovider -m gpu $files > "$out/sanitize_$tool.log" 2>&1
-  echo $? > "$out/sanitize_$tool.rc"
+    --print-limit 20 python3 -m pytest -q -p no:cacheprovider -m gpu "$@" > "$out/sanitize_$label.log" 2>&1
+  echo $? > "$out/sanitize_$label.rc"
 }
-run_tool memcheck "${MEMCHECK_SHARD:-0/24}" &
-run_tool racecheck "${RACECHECK_SHARD:-1/48}" &
+# Every plugin's enqueue: the plugin nodes of the exported tiny models (tests/test_export_gpu.py: the ten plugins,
+# replay / conventional / speculative, run through the plugin driver), whole, under both tools.
+plugins=tests/test_export_gpu.py
+run_tool memcheck memcheck "${MEMCHECK_SHARD:-0/24}" $files &
+run_tool racecheck racecheck "${RACECHECK_SHARD:-1/48}" $files &
+run_tool memcheck-plugins memcheck 0/1 $plugins &
+run_tool racecheck-plugins racecheck 0/1 $plugins &
 wait
 python3 benchmarks/determinism.py --out "$out/determinism.md" > "$out/determinism.log" 2>&1
 det=$?
@@ -39,12 +44,14 @@ summary() {  # tool
   echo "# Kernel hygiene (compute-sanitizer, determinism)"
   echo
   echo "Produced by \`bash benchmarks/kernel_hygiene.sh OUT\` on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)."
-  echo "Test files under the tools: $files"
+  echo "Test files under the tools: memcheck / racecheck: $files (shards); -plugins: $plugins (whole)"
   echo
   echo "| tool | tests (pytest summary) | errors reported | exit code |"
   echo "|---|---|---|---|"
   summary memcheck
   summary racecheck
+  summary memcheck-plugins
+  summary racecheck-plugins
   echo
   echo "Determinism (benchmarks/determinism.py, exit code $det):"
   echo

@@ -19,7 +19,8 @@ from trtllm_replayssm.ops.slots import snapshot_commit, spec_commit
 
 
 def main(steps: int = 12, device: str | None = None) -> float:
-    """Runs `steps` speculative steps; returns the largest relative difference between the two paths' outputs."""
+    """Runs `steps` speculative steps; returns the largest relative difference between the two paths' outputs.
+    Raises RuntimeError at the first step whose difference is not finite (a NaN or infinite output)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     T, k, batch = 4, 4, 3
     L = 16 + T  # the ring holds the committed history and a window of drafts (L >= 2T)
@@ -58,6 +59,8 @@ def main(steps: int = 12, device: str | None = None) -> float:
         snapshot_commit(state, snapshots, accepted, slot_idx=slots)
         conv1d_commit(windows, accepted, k, slot_idx=slots)
         diff = ((y[live] - y_snap[live]).norm() / y_snap[live].norm()).item()
+        if not math.isfinite(diff):  # max() would skip a NaN: max(0.0, nan) is 0.0
+            raise RuntimeError(f"step {step}: the outputs are not finite (replay vs snapshot {diff})")
         worst = max(worst, diff)
         print(f"step {step:2d}: accepted {accepted.tolist()}, ring history {pool.history()[[2, 0]].tolist()}, "
               f"replay vs snapshot {diff:.1e}")

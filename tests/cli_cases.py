@@ -5,10 +5,12 @@ the property-based test mixes with bad ones. `{name}` in an argument is a path f
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import shutil
 from importlib import resources
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,12 +40,29 @@ def paths(tmp) -> dict:
     (tmp / "gdn_tiny.json").write_text(json.dumps(gdn))
     (tmp / "badfield.json").write_text(json.dumps({**json.loads((model / "config.json").read_text()),
                                                    "mamba_num_heads": "sixteen"}))
-    return {"model": str(model), "model_json": str(model / "config.json"), "empty": str(tmp / "empty"),
+    (tmp / "badhead.json").write_text(json.dumps({**json.loads((model / "config.json").read_text()),
+                                                  "mamba_head_dim": 96}))
+    return {"model": str(model), "badhead": str(tmp / "badhead.json"), "model_json": str(model / "config.json"), "empty": str(tmp / "empty"),
             "notjson": str(tmp / "notjson.json"), "list": str(tmp / "list.json"), "llama": str(tmp / "llama.json"),
             "badfield": str(tmp / "badfield.json"), "gdn_tiny": str(tmp / "gdn_tiny.json"), "nodir": str(tmp / "nodir" / "x.png")}
 
 
+TINY_BUILD = ["--model", "nemotron_h_tiny", "--onnx-only", "--max-batch", "2", "--max-seq-len", "32",
+              "--buffer-len", "4", "--act-dtype", "fp32"]
+
+
+@functools.cache
+def tiny_build(root: str) -> str:
+    """A `build --onnx-only` output of the bundled tiny model under `root` (made once): `{build}` in a row."""
+    out = Path(root) / "build"
+    code, _, err = invoke(["build", "--output", str(out), *TINY_BUILD])
+    assert code == 0, err
+    return str(out)
+
+
 def fill(argv, where: dict) -> list:
+    if any("{build}" in a for a in argv):
+        where = dict(where, build=tiny_build(str(Path(where["empty"]).parent)))
     return [a.format(**where) for a in argv]
 
 
@@ -117,7 +136,35 @@ BAD = [
     (["plan", "--spec-buffer-len", "6"], ["spec_buffer_len=6", "2T=8"]),
     (["plan", "--state-dtype", "fp64"], ["--state-dtype", "invalid choice"]),
     (["plan", "--act-dtype", "fp8"], ["--act-dtype", "invalid choice"]),
-    (["build", "--model", "nemotron_h_tiny"], ["only --dry-run"]),
+    (["build", "--model", "nemotron_h_tiny"], ["--output DIR is required"]),
+    (["build", "--output", ""], ["--output", "empty"]),
+    (["build", "--output", "{empty}/b", "--read-format", "fp4"], ["--read-format", "invalid choice"]),
+    (["build", "--output", "{empty}/b", "--read-format", "bf16"], ["read_format='bf16'", "engines: none"]),
+    (["build", "--output", "{empty}/b", "--mode", "snapshot"], ["--mode", "invalid choice"]),
+    (["build", "--output", "{empty}/b", "--max-batch", "0"], _range("--max-batch", 1, 4096)),
+    (["build", "--output", "{empty}/b", "--max-seq-len", "1"], _range("--max-seq-len", 2, 1 << 20)),
+    (["build", "--output", "{empty}/b", "--spec-tokens", "9"], _range("--spec-tokens", 0, 8)),
+    (["build", "--output", "{empty}/b", "--spec-tokens", "1"], ["--spec-tokens 1", "2..8, or 0"]),
+    (["build", "--output", "{empty}/b", "--spec-tokens", "4", "--buffer-len", "6"], ["buffer_len=6", "2T"]),
+    (["build", "--output", "{empty}/b", "--target", "40"], _range("--target", 50, 130)),
+    (["build", "--output", "{empty}/b", "--target", "89,,90"], ["--target", "empty entry"]),
+    (["build", "--output", "{empty}/b", "--model", "{llama}"], ["model_type='llama' is not supported"]),
+    (["build", "--output", "{empty}/b", "--model", "{badhead}"], ["head_dim=96", "supported"]),
+    (["build", "--onnx-only", "x"], ["unrecognized arguments", "x"]),
+    (["build", "--quiet", "x"], ["unrecognized arguments", "x"]),
+    (["inspect"], ["the following arguments are required", "DIR|ENGINE"]),
+    (["inspect", "{empty}"], ["no config.json in it", "trtllm-replayssm build"]),
+    (["inspect", "{model_json}"], ["config.json is not the config.json of a `trtllm-replayssm build` output"]),
+    (["inspect", "{empty}/x.engine"], ["no config.json beside it"]),
+    (["inspect", "{build}", "--json", "x"], ["unrecognized arguments", "x"]),
+    (["inspect", "{build}", "--gpu-gb", "0"], ["--gpu-gb", "out of range"]),
+    (["serve", "--engine", ""], ["--engine", "empty"]),
+    (["serve", "--engine", "{build}", "nemotron_h_tiny"], ["MODEL or --engine DIR, not both"]),
+    (["serve", "--executor", "cuda"], ["--executor", "invalid choice"]),
+    (["triton-repo", "--output", "{empty}/r", "--engine", "{empty}"], ["--engine", "no config.json"]),
+    (["triton-repo", "--output", "{empty}/r", "--executor", "x"], ["--executor", "invalid choice"]),
+    (["triton", "--engine", "{empty}"], ["--engine", "no config.json"]),
+    (["triton", "--executor", "x"], ["--executor", "invalid choice"]),
     (["build", "--dry-run", "yes"], ["unrecognized arguments", "yes"]),
     (["build", "--dry-run", "--model", "nosuch"], ["--model", "'nosuch'", "bundled config"]),
     (["build", "--dry-run", "--model", "{notjson}"], ["model config", "Expecting value"]),
@@ -234,6 +281,14 @@ GOOD = [
 ]
 
 GOOD += [
+    (["build", "--output", "{empty}/engine", "--onnx-only", "--model", "qwen3_5_tiny", "--mode", "conventional",
+      "--buffer-len", "4", "--state-dtype", "bf16", "--act-dtype", "fp32", "--read-format", "none",
+      "--max-batch", "3", "--max-seq-len", "16", "--spec-tokens", "2", "--target", "89", "--quiet"],
+     ["export prefill.onnx", "export verify.onnx", "export commit.onnx", "engine skipped: --onnx-only", "done"]),
+    (["inspect", "{build}"], ["mode replay, L=4", "mamba2", "phase decode", "in   positions", "requests that fit"]),
+    (["inspect", "{build}", "--json", "--gpu-gb", "80"], ['"bytes_per_slot"', '"gpu_bytes": 80000000000']),
+    (["triton-repo", "--output", "{empty}/repo2", "--engine", "{build}", "--executor", "onnx", "--name", "m2"],
+     ["wrote", "m2/config.pbtxt"]),
     (["triton-repo", "--output", "{empty}/repo", "{model}", "--device", "cpu", "--mode", "conventional",
       "--buffer-len", "4", "--state-dtype", "bf16", "--read-format", "none", "--dtype", "fp32", "--max-batch", "2",
       "--max-seq-len", "64", "--max-queue", "3", "--pool-gib", "1", "--seed", "4", "--name", "m"],
@@ -250,11 +305,13 @@ SMALL_GOOD = {
     "--spec-buffer-len": ["16", "64"], "--checkpoints": ["1", "2,3"], "--heads": ["2", "4"],
     "--head-dim": ["64", "80"], "--dstate": ["64", "128"], "--groups": ["1", "2"],
     "--configs": ["replay fp32", "shared fp8 checkpoint,replay fp32 + nvfp4 reads"],
+    "--gpu-gb": ["80", "141"], "--target": ["89"], "--spec-tokens": ["0", "2"], "--max-seq-len": ["16", "64"],
+    "--mode": ["replay", "conventional"], "--read-format": ["none"], "--output": ["{empty}/prop_build"],
 }
 BAD_VALUES = ["0", "-1", "-7", "65", "4097", "99999999999999999999", "2.5", "nan", "inf", "-inf", "1e3", "abc", "",
               " ", "-", "--", "cuda", "tpu", "cuda:7", "fp8", "nosuch", "{empty}", "{notjson}", "{llama}", "{nodir}",
               "a,b", "5,,6", ",", "\x00", "\u00e9"]
 # Prepended to every random argument list (later flags override them): the defaults of these runs are long.
 SMALL_PREFIX = {"run": ["--steps", "2", "--batch", "2"], "drift": ["--steps", "3", "--heads", "2"],
-                "build": ["--dry-run"], "serve": ["--nosuch"], "bench-serve": ["--nosuch"],
+                "build": ["--dry-run"], "inspect": ["{build}"], "serve": ["--nosuch"], "bench-serve": ["--nosuch"],
                 "triton": ["--nosuch"], "triton-repo": ["--output", "{empty}/prop"]}

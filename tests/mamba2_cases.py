@@ -68,3 +68,9 @@ def slot_map(batch, num_slots, n_pad, device, generator=None):
 def rel_err(a, b) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def worst(*errs: float) -> float:
+    """The largest error, NaN if any is NaN. Python's max skips a NaN that is not its first argument
+    (max(0.0, nan) is 0.0), so a worst-error accumulator built on it lets an all-NaN output pass."""
+    return math.nan if any(math.isnan(e) for e in errs) else max(errs)

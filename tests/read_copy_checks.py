@@ -1,8 +1,27 @@
-"""Checks shared by the read-copy kernel tests of both families (decode: test_read_copy_kernels.py for Mamba-2,
-test_gdn_read_copy_kernels.py for GDN; verify: test_*_verify_read_copy_kernels.py): what a replay step may write in
-a pool with a read copy."""
+"""Checks shared by the read-copy tests of both families (CPU: test_read_copy.py; decode kernels:
+test_read_copy_kernels.py for Mamba-2, test_gdn_read_copy_kernels.py for GDN; verify kernels:
+test_*_verify_read_copy_kernels.py): what a replay step may write in a pool with a read copy, and how far its
+outputs may move from those of the same step reading the fp32 checkpoint."""
 
 import torch
+
+# Unit roundoff u of each read format: the largest relative rounding error of a stored state value against the
+# scale it is stored at. fp16 (10 mantissa bits) 2^-11 and bf16 (7 bits) 2^-8 of the value itself; fp8 e4m3
+# (3 bits, behind an fp32 scale per state row) 2^-4 of the value; nvfp4 (e2m1 codes 0, 0.5 .. 6 behind an e4m3
+# scale per block of 16 values) ~2^-2 of the block's largest value (half the step from 4 to 6, a sixth of it,
+# plus the e4m3 scale's own rounding).
+READ_COPY_UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "fp8": 2.0 ** -4, "nvfp4": 2.0 ** -2}
+# Unit roundoff of the activation dtype y is stored in.
+ACT_UNIT = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+
+
+def read_copy_tol(fmt, act_dtype=torch.float32):
+    """Bound of the norm-relative difference between the outputs of steps reading the copy and reading the
+    checkpoint. y is a sum of products with the state, so its norm-relative error is about the rms relative error
+    of the state values read, u / sqrt(3) for round-to-nearest errors spread evenly over +-u: measured 0.4-0.56 u
+    for every format on the CPU references of both families (decode and verify); the bound is u. Outputs stored in
+    a 16-bit activation dtype round on each side: plus two of its unit roundoffs."""
+    return READ_COPY_UNIT[fmt] + 2 * ACT_UNIT[act_dtype]
 
 from trtllm_replayssm.quant import quantize_state
 

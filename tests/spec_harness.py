@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mamba2_cases import rel_err
+from mamba2_cases import rel_err, worst as worst_of
 from mamba2_spec_cases import bits
 from trtllm_replayssm.ops.slots import commit_reference, snapshot_commit, snapshot_commit_reference
 
@@ -29,7 +29,7 @@ def run_spec(pool, T, steps, make_inputs, verify, snapshot_verify, truth_step, t
              check=True):
     """make_inputs(batch) -> tuple of [batch, T, ...] tensors; verify(pool, *inputs, slot_idx=) -> y;
     snapshot_verify(state, snapshots, *inputs, slot_idx=) -> y; truth_step(state64, row inputs at token i)
-    -> (y64, state64). Returns the worst output error against the truth."""
+    -> (y64, state64). Returns the worst output error against the truth (NaN if any output is NaN)."""
     slots_n = pool.num_slots
     truth = pool.checkpoint.double().clone()
     snap_state = pool.checkpoint.clone()
@@ -37,7 +37,7 @@ def run_spec(pool, T, steps, make_inputs, verify, snapshot_verify, truth_step, t
     worst = [0.0]
 
     def check_output(b, i, y_true):
-        worst[0] = max(worst[0], rel_err(y[b, i], y_true))
+        worst[0] = worst_of(worst[0], rel_err(y[b, i], y_true))
         if check:
             assert rel_err(y[b, i], y_snap[b, i]) < tol, "replay and snapshot paths disagree"
 
@@ -63,7 +63,7 @@ def worst_against_truth(pool, truth, T, steps, make_inputs, verify, snapshot_ver
     make_inputs(batch) -> [batch, T, ...] tensors; verify(pool, inputs, slot_idx) and
     snapshot_verify(state, snapshots, inputs, slot_idx) -> y; truth_step(state64, rows, b, i) -> (y64, state64)
     with rows the inputs in fp64 on the CPU. Returns the worst errors: replay and snapshot against the truth, and
-    replay against snapshot. wrong_commit: the replay pool commits one token too many where a < T."""
+    replay against snapshot (NaN where an output is NaN). wrong_commit: the replay pool commits one token too many where a < T."""
     from mamba2_cases import slot_map
     from trtllm_replayssm.ops.slots import snapshot_commit, spec_commit
 
@@ -79,9 +79,9 @@ def worst_against_truth(pool, truth, T, steps, make_inputs, verify, snapshot_ver
         rows = [t.double().cpu() for t in inputs]
 
         def on_output(b, i, y_true):
-            worst["replay"] = max(worst["replay"], rel_err(y[b, i], y_true))
-            worst["snapshot"] = max(worst["snapshot"], rel_err(y_snap[b, i], y_true))
-            worst["paths"] = max(worst["paths"], rel_err(y[b, i], y_snap[b, i]))
+            worst["replay"] = worst_of(worst["replay"], rel_err(y[b, i], y_true))
+            worst["snapshot"] = worst_of(worst["snapshot"], rel_err(y_snap[b, i], y_true))
+            worst["paths"] = worst_of(worst["paths"], rel_err(y[b, i], y_snap[b, i]))
 
         advance_truth(truth, slots.cpu(), accepted, T, lambda st, b, i: truth_step(st, rows, b, i), on_output)
         commit = torch.where(accepted < T, accepted + 1, accepted) if wrong_commit else accepted

@@ -10,7 +10,7 @@ from test_validation import PARAMS_H, _header_fields
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import CONV1D_KERNEL_SIZES, CONV1D_MAX_TOKENS, DTYPE_CODES
 from trtllm_replayssm.ops import conv1d_kernels as kernels
-from trtllm_replayssm.ops.conv1d import conv1d_commit, conv1d_step, conv1d_update, conv1d_verify
+from trtllm_replayssm.ops.conv1d import conv1d_commit, conv1d_update, conv1d_verify
 
 BF16 = torch.bfloat16
 
@@ -33,10 +33,12 @@ def test_update_matches_transformers_causal_conv1d_update(k):
 
 
 def test_update_op_follows_the_sequential_conv_with_padding_and_shuffled_slots():
+    """Anchored by the convolution written out here: each slot keeps every input it has seen, oldest first, and
+    y[c] = sum_j weight[c, j] inputs[c, -k + j] in fp64; the state is the last k-1 inputs."""
     C, k, slots_n = 16, 4, 5
     weight = torch.randn(C, k)
     state = torch.randn(slots_n, C, k - 1)
-    truth = state.clone()
+    seen = [state[s].double().clone() for s in range(slots_n)]  # [C, inputs so far]
     for step in range(8):
         slots = torch.randperm(slots_n)[:3].to(torch.int32)
         slots[step % 3] = -1
@@ -46,9 +48,11 @@ def test_update_op_follows_the_sequential_conv_with_padding_and_shuffled_slots()
         assert torch.isnan(out[slots < 0]).all(), "padding row written"
         for row, s in enumerate(slots.tolist()):
             if s >= 0:
-                y, truth[s:s + 1] = conv1d_step(truth[s:s + 1], x[row:row + 1], weight, activation=False)
-                torch.testing.assert_close(out[row], y[0], rtol=1e-6, atol=1e-6)
-        assert torch.equal(state, truth), f"step {step}: state"
+                seen[s] = torch.cat([seen[s], x[row].double()[:, None]], dim=1)
+                y = sum(weight[:, j].double() * seen[s][:, j - k] for j in range(k))
+                torch.testing.assert_close(out[row].double(), y, rtol=1e-6, atol=1e-6)
+        for s in range(slots_n):
+            assert torch.equal(state[s], seen[s][:, 1 - k:].float()), f"step {step}: state of slot {s}"
 
 
 def test_commit_reference_leaves_counts_outside_1_to_T_untouched():

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-import torch
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -18,8 +18,24 @@ def _load(name):
 def test_speculative_example_agrees_with_the_snapshot_path():
     """fp32 throughout: the two paths differ only in summation order (~1e-7 relative)."""
     worst = _load("speculative_decode").main(steps=12, device="cpu")
-    assert 0 <= worst < 1e-5
-    assert torch.isfinite(torch.tensor(worst))
+    assert 0 < worst < 1e-5
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_speculative_example_fails_on_a_non_finite_output(monkeypatch, bad):
+    """A replay output that is not finite at one step (the others correct) must stop the example, naming the step:
+    a worst-difference accumulator built on max() would skip a NaN."""
+    example = _load("speculative_decode")
+    verify, calls = example.replay_verify, []
+
+    def poisoned_verify(*args, **kwargs):
+        y = verify(*args, **kwargs)
+        calls.append(1)
+        return y.fill_(bad) if len(calls) == 3 else y
+
+    monkeypatch.setattr(example, "replay_verify", poisoned_verify)
+    with pytest.raises(RuntimeError, match=r"^step 2: the outputs are not finite"):
+        example.main(steps=5, device="cpu")
 
 
 def test_replay_example_shows_what_its_comments_say(capsys):

@@ -18,8 +18,8 @@ import torch
 
 from conftest import poisoned
 from gdn_cases import clone_pool, random_pool, step_inputs
-from mamba2_cases import rel_err, slot_map
-from read_copy_checks import buffer_bytes, check_slots_after_step, sync_copies
+from mamba2_cases import rel_err, slot_map, worst
+from read_copy_checks import buffer_bytes, check_slots_after_step, read_copy_tol, sync_copies
 from test_gdn_kernels import PREPARED, _has_gdn_kernels, tol
 from trtllm_replayssm.config import CURSOR_HISTORY, GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import gdn_replay_decode
@@ -137,9 +137,9 @@ def test_gdn_checkpoint_identical_whatever_the_read_format(act_dtype):
     for f in FORMATS:
         for name in RING:
             assert torch.equal(pools[f].buffers[name], pools["none"].buffers[name]), f"{f}: {name}"
-        # y differs by the copy's rounding only (non-flush rows): bounded, and not identical (the copy is read).
-        err = max(rel_err(a, b) for a, b in zip(ys[f], ys["none"]))
-        assert 0 < err < 0.2, f"{f}: y off the no-copy run by {err}"
+        # y differs by the copy's rounding (and the output's) only (non-flush rows): bounded, and not identical (the copy is read).
+        err = worst(*(rel_err(a, b) for a, b in zip(ys[f], ys["none"])))
+        assert 0 < err < read_copy_tol(f, act_dtype), f"{f}: y off the no-copy run by {err}"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

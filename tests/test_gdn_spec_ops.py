@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import poisoned
+from gdn_cases import fold_ring
 from gdn_spec_cases import raw_window_inputs, spec_pool, window_inputs
 from mamba2_cases import rel_err
+from oracle import gdn_raw_token, window_truth
 from test_validation import _header_fields
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import (DTYPE_CODES, GDN_HEAD_DIMS, GDN_KERNEL_READ_COPY_ACTS, GDN_KERNEL_READ_COPY_STATE,
@@ -21,6 +24,33 @@ from trtllm_replayssm.ops.gdn.spec_reference import replay_verify_reference, sna
 
 SHAPE = GdnLayerShape(2, 4, 64, 64)
 PREPARED = dict(use_qk_l2norm=False, scale=1.0)
+
+
+FP32_TOL = 1e-5  # fp32 arithmetic over a window of <= 8 tokens and a ring of <= L records (measured ~1e-7)
+
+
+def test_cpu_ops_follow_the_fp64_recurrence():
+    """The independent anchor of the CPU ops: from raw q, k and gate projections, every live row's window outputs
+    (both paths) and the snapshot path's stored states follow the fp64 token-by-token recurrence written out in
+    tests/oracle.py (its own gating and q / k preparation), from the slot's true state: its checkpoint with the ring
+    folded in, or the snapshot path's state."""
+    T, L = 4, 12
+    pool = spec_pool(SHAPE, 5, ReplayConfig(L, torch.float32, torch.float32), T, "cpu")
+    A_log, dt_bias = torch.rand(4) - 1.5, torch.rand(4) - 2.0
+    slots = torch.tensor([3, -1, 0, 4], dtype=torch.int32)
+    live, used = slots >= 0, slots[slots >= 0].long()
+    raw = raw_window_inputs(SHAPE, 4, T, torch.float32, "cpu")
+    gates = dict(a=raw[3], b=raw[4], A_log=A_log, dt_bias=dt_bias, slot_idx=slots)
+    step = gdn_raw_token(A_log, dt_bias)
+    y_true, _ = window_truth(step, fold_ring(pool), slots, *raw)
+    y = replay_verify(pool, *raw[:3], **gates)
+    assert 0 < rel_err(y[live], y_true[live]) < FP32_TOL
+
+    state, snaps = torch.randn(5, 4, 64, 64), poisoned((5, T, 4, 64, 64), torch.float32, "cpu")
+    y_true, states_true = window_truth(step, state.double(), slots, *raw)
+    y = snapshot_verify(state, snaps, *raw[:3], **gates)
+    assert 0 < rel_err(y[live], y_true[live]) < FP32_TOL
+    assert 0 < rel_err(snaps[used], states_true[live]) < FP32_TOL
 
 
 def test_cpu_replay_verify_is_the_reference_with_prepared_gates():

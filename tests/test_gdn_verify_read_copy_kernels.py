@@ -22,9 +22,9 @@ import torch
 
 from conftest import poisoned
 from gdn_spec_cases import spec_pool, window_inputs
-from mamba2_cases import rel_err, slot_map
+from mamba2_cases import rel_err, slot_map, worst
 from read_copy_checks import (buffer_bytes, check_copy_matches_quantiser, check_slots_after_step, spread_histories,
-                              sync_copies, verify_folds, with_quantised_copies)
+                              read_copy_tol, sync_copies, verify_folds, with_quantised_copies)
 from test_gdn_spec_kernels import PREPARED, _has_spec_kernels, tol
 from trtllm_replayssm.config import GdnLayerShape, ReplayConfig, dtype_name
 from trtllm_replayssm.ops.gdn import replay_verify
@@ -149,9 +149,9 @@ def test_verify_recurrence_identical_whatever_the_read_format(act_dtype, dims, T
         for name in RECURRENCE:
             assert torch.equal(buffer_bytes(pools[f].buffers[name]), buffer_bytes(pools["none"].buffers[name])), \
                 f"{f}: {name}"
-        # y differs by the copy's rounding only: bounded, and not identical (the copy is read).
-        err = max(rel_err(a, b) for a, b in zip(ys[f], ys["none"]))
-        assert 0 < err < 0.2, f"{f}: y off the no-copy run by {err}"
+        # y differs by the copy's rounding (and the output's) only: bounded, and not identical (the copy is read).
+        err = worst(*(rel_err(a, b) for a, b in zip(ys[f], ys["none"])))
+        assert 0 < err < read_copy_tol(f, act_dtype), f"{f}: y off the no-copy run by {err}"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

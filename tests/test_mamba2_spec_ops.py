@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from conftest import poisoned
-from mamba2_cases import layer_params, slot_map
+from mamba2_cases import layer_params, rel_err, slot_map
 from mamba2_spec_cases import spec_pool, window_inputs
+from oracle import fold_ring, mamba2_token, window_truth
 from trtllm_replayssm import _lib
 from trtllm_replayssm.config import (DTYPE_CODES, MAMBA2_ACT_DTYPES, MAMBA2_DSTATES, MAMBA2_HEAD_DIMS,
                                      MAMBA2_STATE_DTYPES, MAMBA2_VERIFY_READ_COPY_ACTS, MAMBA2_VERIFY_READ_COPY_STATE,
@@ -31,6 +32,31 @@ def _case(T=4, L=12, batch=3, act=torch.bfloat16, slots=5):
     pool = spec_pool(SHAPE, slots, ReplayConfig(L, torch.float32, act), min(T, L // 2), CPU)
     A, D, dt_bias = layer_params(SHAPE, CPU)
     return pool, A, D, dt_bias, window_inputs(SHAPE, batch, T, act, CPU)
+
+
+# One bf16 ulp (2^-8) of the output: the only rounding beyond fp32 arithmetic is y's store in bf16 (half an ulp).
+BF16_Y_TOL = 2.0 ** -8
+FP32_STATE_TOL = 1e-5  # fp32 arithmetic over a window of <= 8 tokens (measured ~1e-7)
+
+
+def test_cpu_ops_follow_the_fp64_recurrence():
+    """The independent anchor of the CPU ops: every live row's window outputs (both paths) and the snapshot path's
+    stored states follow the fp64 token-by-token recurrence (tests/oracle.py) from the slot's true state: its
+    checkpoint with the ring folded in, or the snapshot path's state."""
+    T = 4
+    pool, A, D, dt_bias, (x, dt, B, C, z) = _case(T=T, batch=4)
+    slots = slot_map(4, 5, n_pad=1, device=CPU)
+    live, used = slots >= 0, slots[slots >= 0].long()
+    step = mamba2_token(A, D, dt_bias)
+    y_true, _ = window_truth(step, fold_ring(pool, A), slots, x, dt, B, C, z)
+    y = replay_verify(pool, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+    assert 0 < rel_err(y[live], y_true[live]) < BF16_Y_TOL
+
+    state, snaps = torch.randn(5, 4, 64, 64), poisoned((5, T, 4, 64, 64), torch.float32, CPU)
+    y_true, states_true = window_truth(step, state.double(), slots, x, dt, B, C, z)
+    y = snapshot_verify(state, snaps, x, dt, B, C, A, D=D, z=z, dt_bias=dt_bias, slot_idx=slots)
+    assert 0 < rel_err(y[live], y_true[live]) < BF16_Y_TOL
+    assert rel_err(snaps[used], states_true[live]) < FP32_STATE_TOL
 
 
 def test_cpu_ops_follow_references_and_leave_padding_alone():

@@ -77,7 +77,7 @@ def test_build_dry_run_plan(capsys):
     assert "state 2.0 MiB, ReplaySSM pool 2.2 MiB" in out
     with pytest.raises(SystemExit) as exit_info:
         main(["build", "--model", "nemotron_h_tiny"])
-    assert exit_info.value.code == 2 and "only --dry-run" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--output DIR is required" in capsys.readouterr().err
 
 
 def test_replay_spec_ratio_bound_by_hand():

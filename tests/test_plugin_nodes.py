@@ -14,63 +14,43 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from onnx.reference.op_run import OpRun  # noqa: E402
 
 from test_ops_library import SHAPE, SLOTS, _inputs, _pool  # noqa: E402
 from trtllm_replayssm import trt_plugins  # noqa: E402
+from trtllm_replayssm.builder.onnx_runner import plugin_node_ops  # noqa: E402
 from trtllm_replayssm.builder.plugin_nodes import translation_table  # noqa: E402
-from trtllm_replayssm.config import DTYPE_CODES, Mamba2LayerShape, ReplayConfig  # noqa: E402
+from trtllm_replayssm.config import ReplayConfig  # noqa: E402
 from trtllm_replayssm.ops import library  # noqa: E402
 from trtllm_replayssm.ops import mamba2 as mamba2_ops  # noqa: E402
-from trtllm_replayssm.pool import Mamba2StatePool  # noqa: E402
 
 NAMES = ["x", "dt", "B", "C", "A", "D", "dt_bias", "slot_idx"]
+STATE = {"replay": ["checkpoint", "ring_x", "ring_B", "ring_dt", "cursor"], "conventional": ["checkpoint"]}
 
 
 class _Step(torch.nn.Module):
+    """One decode plugin node over a pool's buffers (replay) or its checkpoint (conventional)."""
+
     def __init__(self, mode, cfg):
         super().__init__()
         self.mode, self.cfg = mode, cfg
 
     def forward(self, x, dt, B, C, A, D, dt_bias, slot_idx, *state):
-        args = dict(D=D, dt_bias=dt_bias, slot_idx=slot_idx)
-        if self.mode == "replay":
-            pool = Mamba2StatePool.over(SHAPE, self.cfg, dict(zip(library.REPLAY_BUFFERS, state)))
-            return library.mamba2_replay_decode(pool, x, dt, B, C, A, **args), *state
-        return library.mamba2_conventional_decode(state[0], x, dt, B, C, A, **args), state[0]
-
-
-class ReplaySSMMamba2Decode(OpRun):
-    """The plugin node run by the project's ops: inputs in the plugin's order, fields as attributes."""
-
-    op_domain = trt_plugins.PLUGIN_NAMESPACE
-
-    def _run(self, *inputs, **attrs):
-        f = {k: int(v) for k, v in attrs.items() if k not in ("plugin_version", "plugin_namespace")}
-        named = dict(zip(trt_plugins.mamba2_decode_inputs(f), (torch.from_numpy(a.copy()) for a in inputs)))
-        codes = {v: k for k, v in DTYPE_CODES.items()}
-        cfg = ReplayConfig(f["buffer_len"], codes[f["state_dtype"]], codes[f["act_dtype"]],
-                           latency_route_bytes=f["latency_route_kib"] * 1024 if f["mode"] else None)
-        args = {k: named[k] for k in ("x", "dt", "B", "C", "A")}
-        kw = dict(D=named.get("D"), dt_bias=named.get("dt_bias"), slot_idx=named["slot_idx"])
-        if f["mode"]:
-            shape = Mamba2LayerShape(f["nheads"], f["head_dim"], f["dstate"], f["ngroups"])
-            buffers = {"checkpoint": named["state"], **{n: named[n] for n in library.REPLAY_BUFFERS[1:]}}
-            pool = Mamba2StatePool.over(shape, cfg, buffers)
-            y = mamba2_ops.replay_decode(pool, **args, **kw)
-            state = [pool.buffers[n] for n in library.REPLAY_BUFFERS]
-        else:
-            y = mamba2_ops.conventional_decode(named["state"], **args, **kw)
-            state = [named["state"]]
-        return tuple(t.numpy() for t in (y, *state))
+        cfg = self.cfg if self.mode == "replay" else ReplayConfig(state_dtype=self.cfg.state_dtype,
+                                                                  act_dtype=self.cfg.act_dtype)
+        fields = trt_plugins.mamba2_decode_fields(SHAPE, cfg, mode=self.mode, has_z=False)
+        names = ["state"] + STATE[self.mode][1:]
+        inputs = dict(x=x, dt=dt, B=B, C=C, A=A, D=D, dt_bias=dt_bias, slot_idx=slot_idx, **dict(zip(names, state)))
+        return tuple(library.plugin_op(trt_plugins.MAMBA2_DECODE, fields, inputs))
 
 
 def _export(mode, cfg, pool):
     """The exported ONNX model of one decode step, and its inputs (a pool's buffers as the state)."""
     a = _inputs(cfg)
-    state_names = list(library.REPLAY_BUFFERS) if mode == "replay" else ["checkpoint"]
+    state_names = STATE[mode]
     inputs = tuple(a[n] for n in NAMES[:-1]) + (SLOTS,) + tuple(pool.buffers[n] for n in state_names)
-    prog = torch.onnx.export(_Step(mode, cfg), inputs, dynamo=True, custom_translation_table=translation_table(),
+    module = _Step(mode, cfg)
+    module(*inputs)  # registers the op (its translation is looked up by name)
+    prog = torch.onnx.export(module, inputs, dynamo=True, custom_translation_table=translation_table(),
                              input_names=NAMES + state_names, output_names=["y"] + [f"{n}.out" for n in state_names],
                              verbose=False)
     return prog.model_proto, a, state_names, inputs
@@ -92,7 +72,7 @@ def test_exported_plugin_node_runs_like_the_op(mode):
     want_inputs = ["checkpoint" if n == "state" else n for n in trt_plugins.mamba2_decode_inputs(fields)]
     assert list(node.input) == want_inputs
     assert len(node.output) == 1 + len(state_names)
-    got = ReferenceEvaluator(model, new_ops=[ReplaySSMMamba2Decode]).run(
+    got = ReferenceEvaluator(model, new_ops=plugin_node_ops()).run(
         None, {n: t.numpy() for n, t in zip(NAMES + state_names, inputs)})
     args = dict(D=a["D"], dt_bias=a["dt_bias"], slot_idx=SLOTS)
     if mode == "replay":

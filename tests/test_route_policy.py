@@ -3,7 +3,7 @@ host code (mamba2/decode.cuh, gdn/decode.cuh output_only_heads over common/decod
 built with nvcc into a small host program (tests/host/route_policy.cu). Runs without a GPU; skipped without nvcc.
 
 The expectations are the policy as docs/mamba2.md and docs/gdn.md state it (set from H200 measurements,
-benchmarks/ab_routes_nvfp4_flush.md): Mamba-2, fp32 checkpoint: blocks of 8 heads, halved to 4 while 8 would give
+their "Design alternatives measured" tables): Mamba-2, fp32 checkpoint: blocks of 8 heads, halved to 4 while 8 would give
 fewer than 6 blocks per multiprocessor (12 ), the route from 6 blocks per
 multiprocessor; nvfp4 copy: the most heads, from 2 blocks per multiprocessor; GDN: at most 8 heads, from 6 blocks
 per multiprocessor (24 before the 8-lanes-per-row mapping). The tail launches

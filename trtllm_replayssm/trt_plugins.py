@@ -306,6 +306,30 @@ def conv1d_prefill_inputs(fields: dict) -> list[str]:
     return ["x", "weight"] + (["bias"] if fields["has_bias"] else []) + ["lengths", "slot_idx", "state"]
 
 
+# ---- one plugin's I/O contract, by plugin name ----
+def plugin_inputs(plugin: str, fields: dict) -> list[str]:
+    """The input names of `plugin` configured by `fields`, in the plugin's order."""
+    return _INPUTS[plugin](fields)
+
+
+def plugin_outputs(plugin: str, fields: dict) -> tuple[str | None, list[str]]:
+    """(the input whose shape and dtype the output y takes, None when the plugin has no y; the inputs the plugin
+    updates in place, in output order): outputs are y, then one per updated input, aliased to it (plugin.h)."""
+    names = plugin_inputs(plugin, fields)
+    if plugin in (SPEC_COMMIT, SNAPSHOT_COMMIT) or (plugin == CONV1D and fields["mode"] == CONV1D_MODES["commit"]):
+        return None, names[-1:]  # cursor / state / windows
+    y_like = "v" if plugin in (GDN_DECODE, GDN_VERIFY, GDN_PREFILL) else "x"
+    if plugin in (MAMBA2_VERIFY, GDN_VERIFY) and fields["mode"] == 0:
+        return y_like, ["snapshots"]  # the snapshot path reads the state
+    return y_like, names[names.index("slot_idx") + 1:]
+
+
+_INPUTS = {MAMBA2_DECODE: mamba2_decode_inputs, GDN_DECODE: gdn_decode_inputs, MAMBA2_VERIFY: mamba2_verify_inputs,
+           GDN_VERIFY: gdn_verify_inputs, SPEC_COMMIT: spec_commit_inputs, SNAPSHOT_COMMIT: snapshot_commit_inputs,
+           CONV1D: conv1d_inputs, MAMBA2_PREFILL: mamba2_prefill_inputs, GDN_PREFILL: gdn_prefill_inputs,
+           CONV1D_PREFILL: conv1d_prefill_inputs}
+
+
 def _check_mode(mode, modes=("replay", "conventional")):
     if mode not in modes:
         raise ValueError(f"mode={mode!r} is not supported ({', '.join(modes)})")

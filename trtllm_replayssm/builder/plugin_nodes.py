@@ -1,10 +1,10 @@
-"""The ONNX exporter's translation of the project's custom ops (trtllm_replayssm/ops/library.py) into TensorRT
+"""The ONNX exporter's translation of the plugins' custom ops (trtllm_replayssm/ops/library.py) into TensorRT
 plugin nodes: op type = plugin name (domain PLUGIN_NAMESPACE), attributes plugin_version, plugin_namespace and
-the plugin's fields (trt_plugins), inputs in the plugin's order, outputs y then the new contents of every state
-buffer in the plugin's order (the buffers the plugin writes in place: a runtime binds each `<name>.out` to the
-`<name>` input's memory).
+the plugin's fields (ints), inputs in the plugin's order, outputs y then the new contents of every input the
+plugin updates in place (aliased: a runtime binds each state output to its input's memory).
 
-`translation_table()` is torch.onnx.export's custom_translation_table.
+`translation_table()` is torch.onnx.export's custom_translation_table for every op registered so far (trace the
+network once before asking for it: ops register on first use).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import functools
 import torch
 
 from trtllm_replayssm import trt_plugins
-from trtllm_replayssm.config import Mamba2LayerShape, ReplayConfig
 from trtllm_replayssm.ops import library
 
 
@@ -39,46 +38,20 @@ def _node(plugin: str, fields: tuple, num_outputs: int):
     return onnxscript.values.Op(onnxscript.values.Opset(trt_plugins.PLUGIN_NAMESPACE, 1), plugin, schema)
 
 
-def _emit(plugin: str, fields: dict, named: dict, num_outputs: int):
-    order = {trt_plugins.MAMBA2_DECODE: trt_plugins.mamba2_decode_inputs}[plugin](fields)
-    node = _node(plugin, tuple(fields), num_outputs)
-    return node(*(named[n] for n in order), _num_outputs=num_outputs, plugin_version=trt_plugins.PLUGIN_VERSION,
-                plugin_namespace=trt_plugins.PLUGIN_NAMESPACE, **{k: int(v) for k, v in fields.items()})
-
-
-def _mamba2_fields(x, B, mode, D, z, dt_bias, dt_softplus, ngroups, cfg):
-    H, P, N = x.shape[1], x.shape[2], B.shape[-1]
-    return trt_plugins.mamba2_decode_fields(Mamba2LayerShape(H, P, N, ngroups), cfg, mode=mode, has_z=z is not None,
-                                            has_D=D is not None, has_dt_bias=dt_bias is not None,
-                                            dt_softplus=dt_softplus)
-
-
-def _mamba2_replay(buffers, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx, ngroups, buffer_len,
-                   state_dtype, act_dtype, read_format, latency_route_bytes):
-    limit = None if latency_route_bytes == library.NO_LATENCY_LIMIT else latency_route_bytes
-    cfg = ReplayConfig(buffer_len, state_dtype, act_dtype, read_format, limit)
-    fields = _mamba2_fields(x, B, "replay", D, z, dt_bias, dt_softplus, ngroups, cfg)
-    named = dict(x=x, dt=dt, B=B, C=C, A=A, z=z, D=D, dt_bias=dt_bias, slot_idx=slot_idx, state=buffers[0],
-                 **dict(zip(library.REPLAY_BUFFERS[1:], buffers[1:])))
-    return _emit(trt_plugins.MAMBA2_DECODE, fields, named, 1 + len(buffers))
-
-
-def _mamba2_conventional(state, x, dt, B, C, A, D, z, dt_bias, dt_softplus, slot_idx):
-    # no ring: the fields' buffer_len stays the default (the plugin does not read it in conventional mode)
-    cfg = ReplayConfig(state_dtype=_onnx_dtype(state), act_dtype=_onnx_dtype(x))
-    fields = _mamba2_fields(x, B, "conventional", D, z, dt_bias, dt_softplus, B.shape[1], cfg)
-    named = dict(x=x, dt=dt, B=B, C=C, A=A, z=z, D=D, dt_bias=dt_bias, slot_idx=slot_idx, state=state)
-    return _emit(trt_plugins.MAMBA2_DECODE, fields, named, 2)
-
-
-def _onnx_dtype(value) -> str:
-    """The dtype name of a tensor the exporter traces."""
-    import onnx_ir as ir
-
-    return {ir.DataType.FLOAT: "fp32", ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16"}[value.dtype]
+def _translation(plugin: str, field_names: tuple[str, ...], num_outputs: int):
+    def translate(inputs, fields):
+        node = _node(plugin, field_names, num_outputs)
+        attrs = dict(zip(field_names, (int(v) for v in fields)))
+        out = node(*inputs, _num_outputs=num_outputs, plugin_version=trt_plugins.PLUGIN_VERSION,
+                   plugin_namespace=trt_plugins.PLUGIN_NAMESPACE, **attrs)
+        return out
+    return translate
 
 
 def translation_table() -> dict:
     """custom op -> translation function, for torch.onnx.export(..., custom_translation_table=...)."""
-    return {torch.ops.rssm.mamba2_replay_decode.default: _mamba2_replay,
-            torch.ops.rssm.mamba2_conventional_decode.default: _mamba2_conventional}
+    table = {}
+    for name, (plugin, field_names) in library.registered().items():
+        num_outputs = int(name.rsplit("_", 1)[1])
+        table[getattr(torch.ops.rssm, name).default] = _translation(plugin, field_names, num_outputs)
+    return table

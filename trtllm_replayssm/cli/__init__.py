@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import sys
 
-from trtllm_replayssm.cli import bench_serve, build, drift, info, plan, run, serve, triton
+from trtllm_replayssm.cli import bench_serve, build, drift, info, inspect, plan, run, serve, triton
 from trtllm_replayssm.cli.args import Failure, Parser, UsageError, one_line
 
 PROG = "trtllm-replayssm"
-COMMANDS = (run, plan, build, drift, info, serve, bench_serve, triton)
+COMMANDS = (run, plan, build, inspect, drift, info, serve, bench_serve, triton)
 
 
 def build_parser() -> Parser:

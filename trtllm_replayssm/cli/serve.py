@@ -4,10 +4,12 @@ the in-flight-batching runtime. Defaults work on the bundled config (token-id pr
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from trtllm_replayssm.cli import args as cli
 from trtllm_replayssm.config import READ_FORMATS, ReplayConfig
 from trtllm_replayssm.network import MODES
+from trtllm_replayssm.runtime.built import EXECUTORS
 
 
 def add_runtime(p) -> None:
@@ -32,12 +34,35 @@ def add_runtime(p) -> None:
     p.add_argument("--max-queue", type=cli.int_range(0, 1 << 20), default=256,
                    help="requests waiting for a slot before new ones get a busy error (default %(default)s)")
     cli.add_seed(p)
+    p.add_argument("--engine", type=cli.non_empty, default=None, metavar="DIR",
+                   help="serve a `build` output folder instead of MODEL (its slots and max_seq_len; the model "
+                        "options above do not apply)")
+    p.add_argument("--executor", choices=EXECUTORS, default="tensorrt",
+                   help="with --engine: tensorrt (the engines, on a GPU TensorRT supports) or onnx (its ONNX "
+                        "graphs through onnx.reference on the CPU: slow, for checking); default %(default)s")
+
+
+def check_runtime_args(args) -> None:
+    """The runtime options' checks that need no work (before extras are looked for)."""
+    if args.engine is not None:
+        if args.model is not None:
+            raise cli.UsageError("give MODEL or --engine DIR, not both")
+        if not (Path(args.engine) / "config.json").is_file():
+            raise cli.UsageError(f"--engine {args.engine}: no config.json (a folder written by "
+                                 "`trtllm-replayssm build`)")
 
 
 def engine_from_args(args):
     """An Engine from the runtime options; project validation errors become one-line usage errors."""
     from trtllm_replayssm.runtime import Engine
 
+    check_runtime_args(args)
+    if args.engine is not None:
+        try:
+            with cli.usage_errors():
+                return Engine.from_build(args.engine, executor=args.executor, max_queue=args.max_queue)
+        except ImportError as e:
+            raise cli.UsageError(f"--executor {args.executor} needs {e.name}, which is not installed") from None
     with cli.usage_errors():
         device = cli.resolve_device(args.device, kernels=True)
         replay = ReplayConfig(args.buffer_len, args.state_dtype, read_format=args.read_format)
@@ -58,6 +83,7 @@ def register(sub):
 
 
 def main(args) -> int:
+    check_runtime_args(args)
     try:
         import uvicorn
 

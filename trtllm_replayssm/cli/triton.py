@@ -10,16 +10,18 @@ import tempfile
 from pathlib import Path
 
 from trtllm_replayssm.cli import args as cli
-from trtllm_replayssm.cli.serve import add_runtime
+from trtllm_replayssm.cli.serve import add_runtime, check_runtime_args
 
 
 def _settings(args) -> dict:
+    check_runtime_args(args)
     dev = cli.resolve_device(args.device, kernels=True)
     return {"model": None if args.model is None else str(Path(args.model).resolve()) if Path(args.model).exists()
             else args.model, "device": str(dev), "mode": args.mode, "buffer_len": args.buffer_len,
             "state_dtype": args.state_dtype, "read_format": args.read_format, "dtype": args.dtype,
             "max_batch": args.max_batch, "max_seq_len": args.max_seq_len, "max_queue": args.max_queue,
-            "pool_gib": args.pool_gib, "seed": args.seed}
+            "pool_gib": args.pool_gib, "seed": args.seed,
+            "engine": None if args.engine is None else str(Path(args.engine).resolve()), "executor": args.executor}
 
 
 def _common(p) -> None:
@@ -59,6 +61,7 @@ def main_server(args) -> int:
     from trtllm_replayssm.serve.triton_env import TritonUnavailable, find_server
     from trtllm_replayssm.serve.triton_repo import write_repository
 
+    settings = _settings(args)
     ports = {args.http_port, args.grpc_port, args.metrics_port}
     if len(ports) < 3:
         raise cli.UsageError("--http-port, --grpc-port and --metrics-port must differ")
@@ -71,7 +74,7 @@ def main_server(args) -> int:
     except TritonUnavailable as e:
         raise cli.UsageError(str(e)) from None
     with tempfile.TemporaryDirectory(prefix="replayssm-triton-") as repo:
-        write_repository(Path(repo), args.name, _settings(args))
+        write_repository(Path(repo), args.name, settings)
         proc = server.start(Path(repo), args.http_port, args.grpc_port, args.metrics_port,
                             explicit=args.model_control_mode == "explicit", load=[args.name])
         print(f"tritonserver: HTTP http://127.0.0.1:{args.http_port} (generate: /v2/models/{args.name}/generate, "

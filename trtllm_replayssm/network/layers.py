@@ -18,16 +18,10 @@ import torch
 from torch import nn
 
 from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
-from trtllm_replayssm.ops import prefill as prefill_ops
-from trtllm_replayssm.ops import gdn as gdn_ops
-from trtllm_replayssm.ops import mamba2 as mamba2_ops
-from trtllm_replayssm.ops.conv1d import conv1d_commit, conv1d_update, conv1d_verify
-from trtllm_replayssm.ops.gdn import gdn_conventional_decode, gdn_replay_decode
-from trtllm_replayssm.ops.mamba2 import conventional_decode, replay_decode
-from trtllm_replayssm.ops.slots import snapshot_commit, spec_commit
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 
 from .state import StateSet
+from .state_ops import IN_PLACE
 
 
 @dataclass
@@ -42,6 +36,7 @@ class StepContext:
     lengths: torch.Tensor | None = None  # prefill: [b] int32
     rope: tuple | None = None  # (cos, sin) for the step's positions, [b, S, rotary_dim], or None
     accepted: torch.Tensor | None = None  # commit: [b] int32, tokens of the verified window accepted (1..T)
+    ops: object = IN_PLACE  # how state is written: state_ops.IN_PLACE (runtime) or FUNCTIONAL (export)
 
 
 class SsmMixer(nn.Module):
@@ -68,31 +63,14 @@ class SsmMixer(nn.Module):
             state.add(f"layer{self.index}.snapshots",
                       torch.zeros(state.num_slots, T, *ckpt.shape[1:], dtype=ckpt.dtype, device=device))
 
-    def _conv_history(self, state: StateSet):
-        """The conv state's committed history [slots, C, k-1] (a view when the state has a verify window)."""
-        return state[f"layer{self.index}.conv_state"][..., :self.conv1d.kernel_size[0] - 1]
-
-    def _conv_prefill(self, xbc, ctx):
-        return prefill_ops.conv1d_prefill(self._conv_history(ctx.state), xbc.contiguous(), _conv_weight(self.conv1d),
-                                          self.conv1d.bias, True, lengths=ctx.lengths, slot_idx=ctx.slot_idx)
-
-    def _conv_decode(self, xbc, ctx):
-        return conv1d_update(ctx.state[f"layer{self.index}.conv_state"], xbc.contiguous(), _conv_weight(self.conv1d),
-                             self.conv1d.bias, True, slot_idx=ctx.slot_idx)
-
-    def _conv_verify(self, xbc, ctx):
-        return conv1d_verify(ctx.state[f"layer{self.index}.conv_state"], xbc.contiguous(), _conv_weight(self.conv1d),
-                             self.conv1d.bias, True, slot_idx=ctx.slot_idx)
+    def _conv(self, phase, xbc, ctx):
+        return ctx.ops.conv1d(phase, ctx, self.index, xbc.contiguous(), _conv_weight(self.conv1d), self.conv1d.bias)
 
     def commit(self, ctx: StepContext) -> None:
         """Keeps each row's accepted prefix of the last verified window: cursor (ReplaySSM) or snapshot
         (conventional), and the conv history."""
-        state, pool = ctx.state, ctx.state.pools[self.index]
-        if self.mode == "replay":
-            spec_commit(pool, ctx.accepted, ctx.slot_idx, window=state.spec_tokens)
-        else:
-            snapshot_commit(pool.checkpoint, state[f"layer{self.index}.snapshots"], ctx.accepted, ctx.slot_idx)
-        conv1d_commit(state[f"layer{self.index}.conv_state"], ctx.accepted, self.conv1d.kernel_size[0], ctx.slot_idx)
+        ctx.ops.ssm_commit(ctx, self.index, self.mode)
+        ctx.ops.conv1d_commit(ctx, self.index, self.conv1d.kernel_size[0])
 
 
 def _conv_weight(conv: nn.Conv1d) -> torch.Tensor:
@@ -128,36 +106,20 @@ class Mamba2Mixer(SsmMixer):
         y = self.norm(y.reshape(*gate.shape[:-1], self.inner), gate)
         return self.out_proj(y.to(dtype))
 
-    def prefill(self, h, ctx: StepContext):
+    def _step(self, phase, h, ctx: StepContext):
         gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
-        x, B, C = self._split(self._conv_prefill(xbc, ctx))
-        y = prefill_ops.mamba2_prefill(ctx.state.pools[self.index], x, dt.contiguous(), B, C, self.A, D=self.D,
-                                       dt_bias=self.dt_bias, dt_softplus=True, lengths=ctx.lengths,
-                                       slot_idx=ctx.slot_idx)
+        x, B, C = self._split(self._conv(phase, xbc, ctx))
+        y = ctx.ops.mamba2(phase, ctx, self.index, self.mode, x, dt.contiguous(), B, C, self.A, self.D, self.dt_bias)
         return self._out(y, gate, h.dtype)
+
+    def prefill(self, h, ctx: StepContext):
+        return self._step("prefill", h, ctx)
 
     def decode(self, h, ctx: StepContext):
-        gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
-        x, B, C = self._split(self._conv_decode(xbc, ctx))
-        pool = ctx.state.pools[self.index]
-        args = dict(D=self.D, dt_bias=self.dt_bias, dt_softplus=True, slot_idx=ctx.slot_idx)
-        if self.mode == "replay":
-            y = replay_decode(pool, x, dt.contiguous(), B, C, self.A, **args)
-        else:
-            y = conventional_decode(pool.checkpoint, x, dt.contiguous(), B, C, self.A, **args)
-        return self._out(y, gate, h.dtype)
+        return self._step("decode", h, ctx)
 
     def verify(self, h, ctx: StepContext):
-        gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
-        x, B, C = self._split(self._conv_verify(xbc, ctx))
-        pool = ctx.state.pools[self.index]
-        args = dict(D=self.D, dt_bias=self.dt_bias, dt_softplus=True, slot_idx=ctx.slot_idx)
-        if self.mode == "replay":
-            y = mamba2_ops.replay_verify(pool, x, dt.contiguous(), B, C, self.A, **args)
-        else:
-            y = mamba2_ops.snapshot_verify(pool.checkpoint, ctx.state[f"layer{self.index}.snapshots"], x,
-                                           dt.contiguous(), B, C, self.A, **args)
-        return self._out(y, gate, h.dtype)
+        return self._step("verify", h, ctx)
 
 
 class GdnMixer(SsmMixer):
@@ -196,33 +158,20 @@ class GdnMixer(SsmMixer):
         y = self.norm(y.reshape(-1, V), z.reshape(-1, V)).reshape(*lead, self.value_dim)
         return self.out_proj(y.to(dtype))
 
-    def prefill(self, h, ctx: StepContext):
+    def _step(self, phase, h, ctx: StepContext):
         lead, qkv, z, gates = self._inputs(h)
-        q, k, v = self._split(self._conv_prefill(qkv, ctx), lead)
-        y = prefill_ops.gdn_prefill(ctx.state.pools[self.index], q, k, v, lengths=ctx.lengths,
-                                    slot_idx=ctx.slot_idx, **gates)
+        q, k, v = self._split(self._conv(phase, qkv, ctx), lead)
+        y = ctx.ops.gdn(phase, ctx, self.index, self.mode, q, k, v, gates)
         return self._out(y, z, lead, h.dtype)
+
+    def prefill(self, h, ctx: StepContext):
+        return self._step("prefill", h, ctx)
 
     def decode(self, h, ctx: StepContext):
-        lead, qkv, z, gates = self._inputs(h)
-        q, k, v = self._split(self._conv_decode(qkv, ctx), lead)
-        pool = ctx.state.pools[self.index]
-        if self.mode == "replay":
-            y = gdn_replay_decode(pool, q, k, v, slot_idx=ctx.slot_idx, **gates)
-        else:
-            y = gdn_conventional_decode(pool.checkpoint, self.shape, q, k, v, slot_idx=ctx.slot_idx, **gates)
-        return self._out(y, z, lead, h.dtype)
+        return self._step("decode", h, ctx)
 
     def verify(self, h, ctx: StepContext):
-        lead, qkv, z, gates = self._inputs(h)
-        q, k, v = self._split(self._conv_verify(qkv, ctx), lead)
-        pool = ctx.state.pools[self.index]
-        if self.mode == "replay":
-            y = gdn_ops.replay_verify(pool, q, k, v, slot_idx=ctx.slot_idx, **gates)
-        else:
-            y = gdn_ops.snapshot_verify(pool.checkpoint, ctx.state[f"layer{self.index}.snapshots"], q, k, v,
-                                        slot_idx=ctx.slot_idx, **gates)
-        return self._out(y, z, lead, h.dtype)
+        return self._step("verify", h, ctx)
 
 
 class Attention(nn.Module):
@@ -280,6 +229,13 @@ class Attention(nn.Module):
         out = torch.matmul(probs, values.transpose(1, 2))  # [b, kv_heads, rep*S, hd]
         return out.reshape(b, self.heads, S, self.head_dim).transpose(1, 2)  # [b, S, heads, hd]
 
+    def _write(self, ctx, index, k, v):
+        """k, v into the caches at `index` (rows, positions); returns the caches."""
+        names = f"layer{self.index}.k_cache", f"layer{self.index}.v_cache"
+        ctx.ops.write_kv(ctx, names[0], index, k)
+        ctx.ops.write_kv(ctx, names[1], index, v)
+        return ctx.state[names[0]], ctx.state[names[1]]
+
     def _out(self, o, gate):
         o = o.reshape(*o.shape[:-2], self.heads * self.head_dim)
         if gate is not None:
@@ -289,17 +245,14 @@ class Attention(nn.Module):
     def prefill(self, h, ctx: StepContext):
         b, S = h.shape[:2]
         q, k, v, gate = self._qkv(h, ctx.rope)
-        kc, vc = ctx.state[f"layer{self.index}.k_cache"], ctx.state[f"layer{self.index}.v_cache"]
-        kc[ctx.kv_rows, :S] = k.to(kc.dtype)
-        vc[ctx.kv_rows, :S] = v.to(vc.dtype)
+        at = (ctx.kv_rows[:, None], torch.arange(S, device=h.device)[None])
+        self._write(ctx, at, k, v)
         causal = torch.ones(S, S, dtype=torch.bool, device=h.device).tril()
         return self._out(self._attend(q, k, v, causal.expand(b, S, S)), gate)
 
     def decode(self, h, ctx: StepContext):
         q, k, v, gate = self._qkv(h[:, None], ctx.rope)
-        kc, vc = ctx.state[f"layer{self.index}.k_cache"], ctx.state[f"layer{self.index}.v_cache"]
-        kc[ctx.kv_rows, ctx.positions] = k[:, 0].to(kc.dtype)
-        vc[ctx.kv_rows, ctx.positions] = v[:, 0].to(vc.dtype)
+        kc, vc = self._write(ctx, (ctx.kv_rows, ctx.positions), k[:, 0], v[:, 0])
         T = kc.shape[1]
         mask = torch.arange(T, device=h.device)[None, None, :] <= ctx.positions[:, None, None]
         return self._out(self._attend(q, kc[ctx.kv_rows], vc[ctx.kv_rows], mask), gate)[:, 0]
@@ -310,10 +263,8 @@ class Attention(nn.Module):
         to the row's cache up to itself. Entries of rejected tokens are overwritten by later steps."""
         T = h.shape[1]
         q, k, v, gate = self._qkv(h, ctx.rope)
-        kc, vc = ctx.state[f"layer{self.index}.k_cache"], ctx.state[f"layer{self.index}.v_cache"]
         at = ctx.positions[:, None] + torch.arange(T, device=h.device)[None]  # [b, T]
-        kc[ctx.kv_rows[:, None], at] = k.to(kc.dtype)
-        vc[ctx.kv_rows[:, None], at] = v.to(vc.dtype)
+        kc, vc = self._write(ctx, (ctx.kv_rows[:, None], at), k, v)
         mask = torch.arange(kc.shape[1], device=h.device)[None, None, :] <= at[:, :, None]
         return self._out(self._attend(q, kc[ctx.kv_rows], vc[ctx.kv_rows], mask), gate)
 

@@ -29,6 +29,7 @@ from trtllm_replayssm.model_config import DEFAULT_CONFIG, analyze, load_config
 
 from .layers import Attention, FeedForward, GdnMixer, Mamba2Mixer, StepContext
 from .state import StateSet
+from .state_ops import IN_PLACE
 
 MODES = ("replay", "conventional")
 
@@ -138,7 +139,7 @@ class HybridLM(nn.Module):
         return self.lm_head(self.final_norm(h)).float()
 
     @torch.no_grad()
-    def prefill(self, state: StateSet, input_ids, lengths, slot_idx):
+    def prefill(self, state: StateSet, input_ids, lengths, slot_idx, ops=IN_PLACE):
         """Context phase: input_ids [b, S] int64 right-padded prompts, lengths [b] int32 in 1..S, slot_idx [b]
         int32 (-1: padding row). Every live row's slot starts fresh; afterwards it holds the prompt's SSM state
         as checkpoint (empty ring), conv state and KV entries 0..len-1. Returns [b, vocab] fp32: the logits of
@@ -148,27 +149,28 @@ class HybridLM(nn.Module):
             raise NetworkError(f"prompt of {S} tokens exceeds max_seq_len={state.max_seq_len}")
         h = self.embed(input_ids)
         positions = torch.arange(S, device=h.device)[None].expand(b, S)
-        ctx = StepContext(state, slot_idx, state.rows(slot_idx), lengths=lengths, rope=self._rope(h, positions))
+        ctx = StepContext(state, slot_idx, state.rows(slot_idx), lengths=lengths, rope=self._rope(h, positions),
+                          ops=ops)
         for block in self.blocks:
             h = block("prefill", h, ctx)
         last = (lengths.long() - 1).clamp(min=0)
         return self._logits(h[torch.arange(b, device=h.device), last])
 
     @torch.no_grad()
-    def decode(self, state: StateSet, input_ids, positions, slot_idx):
+    def decode(self, state: StateSet, input_ids, positions, slot_idx, ops=IN_PLACE):
         """Generation phase, one token per row: input_ids [b] int64, positions [b] int (the token's index in its
         sequence), slot_idx [b] int32 (-1: padding row). Returns [b, vocab] fp32. No host synchronisation and
         no data-dependent shapes: capturable in a CUDA graph with static inputs."""
         h = self.embed(input_ids)
         positions = positions.long()
         ctx = StepContext(state, slot_idx, state.rows(slot_idx), positions=positions,
-                          rope=self._rope(h[:, None], positions[:, None]))
+                          rope=self._rope(h[:, None], positions[:, None]), ops=ops)
         for block in self.blocks:
             h = block("decode", h, ctx)
         return self._logits(h)
 
     @torch.no_grad()
-    def verify(self, state: StateSet, input_ids, positions, slot_idx):
+    def verify(self, state: StateSet, input_ids, positions, slot_idx, ops=IN_PLACE):
         """Speculative verify (a state made with spec_tokens=T): input_ids [b, T] int64 (the last accepted token,
         then T-1 drafts) at positions [b] .. [b]+T-1; slot_idx [b] int32. Returns [b, T, vocab] fp32: logits[:, s]
         follow tokens 0..s of the window. Nothing is committed: call `commit` with the accepted counts."""
@@ -178,16 +180,19 @@ class HybridLM(nn.Module):
         h = self.embed(input_ids)
         positions = positions.long()
         at = positions[:, None] + torch.arange(T, device=h.device)[None]
-        ctx = StepContext(state, slot_idx, state.rows(slot_idx), positions=positions, rope=self._rope(h, at))
+        ctx = StepContext(state, slot_idx, state.rows(slot_idx), positions=positions, rope=self._rope(h, at), ops=ops)
         for block in self.blocks:
             h = block("verify", h, ctx)
         return self._logits(h)
 
     @torch.no_grad()
-    def commit(self, state: StateSet, accepted, slot_idx) -> None:
+    def commit(self, state: StateSet, accepted, slot_idx, ops=IN_PLACE) -> None:
         """Keeps each row's first accepted[b] tokens (1..T, int32 [b]) of the last verified window; the rest
-        is rolled back. The row's next window starts at position + accepted."""
-        ctx = StepContext(state, slot_idx, state.rows(slot_idx), accepted=accepted)
+        is rolled back. The row's next window starts at position + accepted.
+
+        ops: state_ops.IN_PLACE (the state's tensors written in place) or state_ops.FUNCTIONAL (every phase: the
+        state's entries rebound to new tensors, one plugin node per SSM / conv1d step; what the export traces)."""
+        ctx = StepContext(state, slot_idx, state.rows(slot_idx), accepted=accepted, ops=ops)
         for block in self.blocks:
             block.mixer.commit(ctx)
 

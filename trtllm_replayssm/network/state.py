@@ -36,6 +36,22 @@ class StateSet:
         self.tensors[name] = tensor
         return tensor
 
+    def replace(self, name: str, tensor: torch.Tensor) -> None:
+        """Rebinds `name` (and the pool buffer of that name) to `tensor`: the functional form of a write."""
+        self.tensors[name] = tensor
+        layer, _, buffer = name.partition(".")
+        pool = self.pools.get(int(layer[len("layer"):]))
+        if pool is not None and buffer in pool.buffers:
+            pool.buffers[buffer] = tensor
+
+    def over(self, tensors: dict) -> "StateSet":
+        """A StateSet like this one (slots, lengths, pools' shapes and settings) over other tensors of the same
+        names: the export traces one made of its graph inputs."""
+        other = StateSet(self.num_slots, self.max_seq_len, self.spec_tokens, dict(tensors))
+        for i, pool in self.pools.items():
+            other.pools[i] = type(pool).over(pool.shape, pool.cfg, {n: tensors[f"layer{i}.{n}"] for n in pool.buffers})
+        return other
+
     @property
     def bytes_per_slot(self) -> int:
         """Bytes one request slot takes over all layers (the KV caches' spare row not counted)."""

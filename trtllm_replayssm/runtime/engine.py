@@ -55,10 +55,10 @@ class Metrics:
 
 class Engine:
     def __init__(self, net, *, max_batch: int = 8, max_seq_len: int = 2048, max_queue: int = 256,
-                 tokenizer=None, cuda_graphs: bool | None = None):
+                 tokenizer=None, cuda_graphs: bool | None = None, runner=None):
         self.net, self.tokenizer = net, tokenizer
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
-        self.runner = ModelRunner(net, max_batch, max_seq_len, cuda_graphs)
+        self.runner = runner or ModelRunner(net, max_batch, max_seq_len, cuda_graphs)
         self.scheduler = Scheduler(max_batch, max_queue)
         self.metrics = Metrics()
         self._lock = threading.Condition()
@@ -79,6 +79,16 @@ class Engine:
         if pool_budget is not None:
             max_batch = min(max_batch, slots_in_budget(net, pool_budget, max_seq_len))
         return cls(net, tokenizer=load_tokenizer(net.model_dir), max_batch=max_batch, max_seq_len=max_seq_len, **kw)
+
+    @classmethod
+    def from_build(cls, build_dir, *, executor: str = "tensorrt", max_queue: int = 256, tokenizer=None) -> "Engine":
+        """An engine over the engines (executor "tensorrt") or ONNX graphs ("onnx") of a `build` output folder
+        (runtime/built.py); slots and max_seq_len are the build's."""
+        from .built import BuiltModel, BuiltRunner
+
+        model = BuiltModel(build_dir)
+        return cls(model, tokenizer=tokenizer, max_batch=model.num_slots, max_seq_len=model.max_seq_len,
+                   max_queue=max_queue, runner=BuiltRunner(model, executor))
 
     # ---- requests ----
     def check(self, prompt, params: SamplingParams) -> None:

@@ -37,14 +37,11 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
         replay = ReplayConfig(int(params.get("buffer_len", 16)), params.get("state_dtype", "fp32"),
                               read_format=params.get("read_format", "none"))
-        self.engine = Engine.create(params.get("model") or None, device=params.get("device", "cpu"),
-                                    mode=params.get("mode", "replay"), replay=replay,
-                                    dtype=params.get("dtype") or None, seed=int(params.get("seed", 0)),
-                                    max_batch=int(params.get("max_batch", 8)),
-                                    max_seq_len=int(params.get("max_seq_len", 1024)),
-                                    max_queue=int(params.get("max_queue", 256)),
-                                    pool_budget=int(float(params["pool_gib"]) * 2**30) if params.get("pool_gib")
-                                    else None)
+        if params.get("engine"):  # a `build` output folder (runtime/built.py)
+            self.engine = Engine.from_build(params["engine"], executor=params.get("executor", "tensorrt"),
+                                            max_queue=int(params.get("max_queue", 256)))
+        else:
+            self.engine = self._create(params, replay)
         self.engine.runner.capture_all()
         self.engine.start()
         # Free request slots as a custom metric on Triton's metrics endpoint (replayssm_free_slots).
@@ -52,6 +49,15 @@ class TritonPythonModel:
                                                    kind=pb_utils.MetricFamily.GAUGE)  # outlives its metric
         self.free_slots = self.metric_family.Metric(labels={"model": args["model_name"]})
         self.free_slots.set(self.engine.free_slots)
+
+    @staticmethod
+    def _create(params, replay):
+        return Engine.create(params.get("model") or None, device=params.get("device", "cpu"),
+                             mode=params.get("mode", "replay"), replay=replay, dtype=params.get("dtype") or None,
+                             seed=int(params.get("seed", 0)), max_batch=int(params.get("max_batch", 8)),
+                             max_seq_len=int(params.get("max_seq_len", 1024)),
+                             max_queue=int(params.get("max_queue", 256)),
+                             pool_budget=int(float(params["pool_gib"]) * 2**30) if params.get("pool_gib") else None)
 
     def _prompt(self, request):
         ids = pb_utils.get_input_tensor_by_name(request, "input_ids")

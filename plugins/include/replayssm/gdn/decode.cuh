@@ -661,7 +661,7 @@ static cudaError_t launch_mode(const rssm_gdn_decode_params& p, cudaStream_t str
 // taken when the launch has at least kOutputOnlyBlocksPerSm of them per multiprocessor; smaller launches keep the
 // combined kernel, whose flush units are finer. Mamba-2's route starts at 6 blocks per multiprocessor. GDN's lost
 // below b256  (Qwen3.5-122B L16, forced split against the combined kernel: b64 108.7 vs
-// 95.5 us, b128 191.3 vs 178.9; benchmarks/ab_routes_nvfp4_flush.md); with 8 lanes per state row (the
+// 95.5 us, b128 191.3 vs 178.9; docs/gdn.md, design alternatives measured); with 8 lanes per state row (the
 // current mapping) it wins at b128 (165.1 vs 178.8) and b64 (93.2 vs 95.7; A/B of `benchmarks/ab_variants.sh` / `ab_step.py`, H200), so it
 // starts at 6 too (b32, 3.9 blocks per multiprocessor at the 122B shape, keeps the combined kernel). RSSM_ROUTES
 // (read by both families' launches) and RSSM_OO_HEADS force either route or the heads per block

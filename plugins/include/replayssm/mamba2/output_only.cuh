@@ -187,7 +187,7 @@ struct Nvfp4MmaT {
   static constexpr int kLanesPerRow = 4, kRows = 16, kRowsPerLane = 2, kBatch = kLean ? 3 : 4;
   // Four warps, four blocks per multiprocessor: its non-flush step is set by the prologue (ring and window), not
   // by the codes, and smaller blocks overlap more prologues. H200, one run, Super b256 L16: 137.1 us against 158.5
-  // with eight warps (fp32 reads: 289.5 against 287.0, so they keep eight; benchmarks/ab_block_warps.md).
+  // with eight warps (fp32 reads: 289.5 against 287.0, so they keep eight; docs/mamba2.md, design alternatives).
   static constexpr int kWarps = 4, kBlocksPerSm = kLean ? 6 : 4;
   static constexpr bool kFlushRows = false;  // the flush launch writes them (codes and scales in its mapping)
   static constexpr bool kRingInSmem = !kLean;
