@@ -223,6 +223,8 @@ BAD = [
     (["bench-serve", "--seed", "x"], ["--seed", "'x' is not an integer"]),
     (["bench-serve", "--json", "yes"], ["unrecognized arguments", "yes"]),
     (["bench-serve", "--quiet", "--json", "--nosuch"], ["unrecognized arguments", "--nosuch"]),
+    (["bench-serve", "--api", "grpc"], ["--api", "invalid choice", "'grpc'"]),
+    (["bench-serve", "--api", "triton", "--url", "http://127.0.0.1:1"], ["cannot reach", "127.0.0.1:1"]),
 ]
 
 BAD += [
@@ -245,6 +247,7 @@ BAD += [
     (["triton", "--grpc-port", "70000"], _range("--grpc-port", 1, 65535)),
     (["triton", "--metrics-port", "-1"], _range("--metrics-port", 1, 65535)),
     (["triton", "--http-port", "9000", "--grpc-port", "9000"], ["must differ"]),
+    (["triton", "--model-control-mode", "poll"], ["--model-control-mode", "invalid choice", "'poll'"]),
     (["triton", "--name", "", "--device", "cpu", "--mode", "replay", "--buffer-len", "4", "--state-dtype", "fp32",
       "--read-format", "none", "--dtype", "fp32", "--max-batch", "2", "--max-seq-len", "8", "--max-queue", "1",
       "--pool-gib", "1", "--seed", "1"], ["--name", "empty"]),

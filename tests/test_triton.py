@@ -1,9 +1,13 @@
 """The Triton model repository on a real tritonserver (nvidia-pytriton's bundled server and Python backend, CPU
 reference ops, bundled config): concurrent gRPC streams and plain HTTP `generate` against decoding each prompt
-alone, per-request errors while the server keeps serving, a cancelled stream freeing its slot (the model's
-replayssm_free_slots metric), and explicit unload / load without leaking slots."""
+alone, `ignore_eos`, `bench-serve --api triton` over `generate_stream`, per-request errors while the server keeps
+serving, a cancelled stream freeing its slot (the model's replayssm_free_slots metric), and explicit unload / load
+without leaking slots."""
 
+import json
 import queue
+import subprocess
+import sys
 import socket
 import threading
 import time
@@ -16,11 +20,13 @@ grpcclient = pytest.importorskip("tritonclient.grpc")
 httpx = pytest.importorskip("httpx")
 
 from test_runtime import assert_same_greedy, greedy_alone  # noqa: E402
+from trtllm_replayssm.model_config import load_config  # noqa: E402
 from trtllm_replayssm.network import load_network  # noqa: E402
 from trtllm_replayssm.serve.triton_env import TritonUnavailable, find_server  # noqa: E402
 from trtllm_replayssm.serve.triton_repo import write_repository  # noqa: E402
 
 SLOTS, NAME = 4, "replayssm"
+EOS_NAME, EOS_PROMPT = "replayssm_eos", [5, 6, 7]
 
 
 def _ports(n):
@@ -41,6 +47,8 @@ def triton(tmp_path_factory):
         pytest.skip(str(e))
     repo = tmp_path_factory.mktemp("repo")
     write_repository(repo, NAME, {"device": "cpu", "max_batch": SLOTS, "max_seq_len": 96, "max_queue": 64})
+    eos_dir = _eos_model_dir(tmp_path_factory.mktemp("eos_model"))
+    write_repository(repo, EOS_NAME, {"model": str(eos_dir), "device": "cpu", "max_batch": 2, "max_seq_len": 32})
     http, grpc, metrics = _ports(3)
     log = open(repo / "server.log", "w")
     proc = server.start(repo, http, grpc, metrics, explicit=True, load=[NAME], log=log)
@@ -57,7 +65,8 @@ def triton(tmp_path_factory):
     else:
         proc.kill()
         pytest.fail("tritonserver did not get ready")
-    yield {"http": base, "grpc": f"127.0.0.1:{grpc}", "metrics": f"http://127.0.0.1:{metrics}/metrics"}
+    yield {"http": base, "grpc": f"127.0.0.1:{grpc}", "metrics": f"http://127.0.0.1:{metrics}/metrics",
+           "eos_dir": eos_dir}
     proc.terminate()
     try:
         proc.wait(60)
@@ -66,11 +75,30 @@ def triton(tmp_path_factory):
     log.close()
 
 
-def _free_slots(t):
+def _eos_model_dir(folder):
+    """The default config with its end token set to the first token greedy decoding gives EOS_PROMPT (seeded
+    random weights: the same network otherwise), so that this prompt ends at once unless the end token is ignored."""
+    first = greedy_alone(load_network(None), EOS_PROMPT, 1)[0][0]
+    cfg = {k: v for k, v in load_config(None).items() if not k.startswith("_") and k != "torch_dtype"}
+    (folder / "config.json").write_text(json.dumps(cfg | {"eos_token_id": first}))
+    return folder
+
+
+def _free_slots(t, model=NAME):
+    """The model's replayssm_free_slots gauge; None when Triton reports none for it."""
     for line in httpx.get(t["metrics"]).text.splitlines():
-        if line.startswith("replayssm_free_slots"):
+        if line.startswith(f'replayssm_free_slots{{model="{model}"}}'):
             return float(line.split()[-1])
-    raise KeyError("replayssm_free_slots")
+    return None
+
+
+def _assert_gauge_goes(t, model):
+    """An unloaded model's free-slot gauge disappears (not left at its last value) once its stub finalizes."""
+    for _ in range(300):
+        if _free_slots(t, model) is None:
+            return
+        time.sleep(0.1)
+    assert _free_slots(t, model) is None
 
 
 def _inputs(prompt, max_tokens, stream=True):
@@ -139,6 +167,37 @@ def test_http_generate(triton):
     assert_same_greedy(r.json()["output_ids"], want, logits)
 
 
+def test_ignore_eos_runs_past_the_end_token(triton):
+    base = triton["http"]
+    assert httpx.post(f"{base}/v2/repository/models/{EOS_NAME}/load", timeout=300).status_code == 200
+    try:
+        url = f"{base}/v2/models/{EOS_NAME}/generate"
+        stopped = httpx.post(url, json={"input_ids": EOS_PROMPT, "max_tokens": 6}, timeout=120)
+        ignored = httpx.post(url, json={"input_ids": EOS_PROMPT, "max_tokens": 6, "ignore_eos": True}, timeout=120)
+    finally:
+        httpx.post(f"{base}/v2/repository/models/{EOS_NAME}/unload", timeout=120)
+    _assert_gauge_goes(triton, EOS_NAME)
+    net = load_network(str(triton["eos_dir"]))
+    want, logits = greedy_alone(net, EOS_PROMPT, 6)
+    assert net.eos_token_ids == (want[0],)
+    assert stopped.status_code == 200, stopped.text
+    assert np.atleast_1d(stopped.json()["output_ids"]).tolist() == [want[0]], stopped.text
+    assert ignored.status_code == 200, ignored.text
+    assert len(ignored.json()["output_ids"]) == 6
+    assert_same_greedy(ignored.json()["output_ids"], want, logits)
+
+
+def test_bench_serve_streams_from_triton(triton):
+    """`bench-serve --api triton`: streamed generate_stream requests, every one with all its tokens."""
+    r = subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "bench-serve", "--api", "triton", "--url",
+                        triton["http"], "--num-requests", "6", "--concurrency", "3", "--prompt-len", "4",
+                        "--output-len", "5", "--json", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["requests_ok"] == 6 and s["output_tokens"] == 30 and s["ttft_ms_p50"] > 0 and s["itl_ms_p50"] > 0
+    assert _free_slots(triton) == SLOTS
+
+
 @pytest.mark.parametrize("body, words", [
     ({"max_tokens": 3}, "input_ids or text_input"),
     ({"input_ids": [1, 2], "max_tokens": 0}, "max_tokens=0"),
@@ -185,14 +244,17 @@ def test_unload_and_load_again(triton):
         if httpx.get(f"{base}/v2/models/{NAME}/ready").status_code != 200:
             break
         time.sleep(0.1)
+    _assert_gauge_goes(triton, NAME)
     assert httpx.post(f"{base}/v2/repository/models/{NAME}/load", timeout=300).status_code == 200
     r = httpx.post(f"{base}/v2/models/{NAME}/generate", json={"input_ids": [7, 8], "max_tokens": 3}, timeout=120)
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 3
     assert _free_slots(triton) == SLOTS
 
 
-def test_triton_command_serves_and_stops_on_ctrl_c(tmp_path):
-    """`trtllm-replayssm triton` writes a repository, starts the server (ready for generate) and stops on Ctrl-C."""
+@pytest.mark.parametrize("control", ["none", "explicit"])
+def test_triton_command_serves_and_stops_on_ctrl_c(tmp_path, control):
+    """`trtllm-replayssm triton` writes a repository, starts the server (ready for generate) and stops on Ctrl-C;
+    with --model-control-mode explicit the model is loaded at start and unloads through the repository API."""
     import os
     import signal
     import subprocess
@@ -206,7 +268,7 @@ def test_triton_command_serves_and_stops_on_ctrl_c(tmp_path):
     log = open(tmp_path / "cli.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "trtllm_replayssm.cli", "triton", "--device", "cpu",
                              "--max-batch", "2", "--max-seq-len", "32", "--http-port", str(http), "--grpc-port",
-                             str(grpc), "--metrics-port", str(metrics)], stdout=log, stderr=subprocess.STDOUT,
+                             str(grpc), "--metrics-port", str(metrics), "--model-control-mode", control], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         for _ in range(900):
@@ -220,6 +282,8 @@ def test_triton_command_serves_and_stops_on_ctrl_c(tmp_path):
         r = httpx.post(f"http://127.0.0.1:{http}/v2/models/{NAME}/generate", json={"input_ids": [1, 2], "max_tokens": 2},
                        timeout=60)
         assert r.status_code == 200 and len(r.json()["output_ids"]) == 2
+        unload = httpx.post(f"http://127.0.0.1:{http}/v2/repository/models/{NAME}/unload", timeout=120)
+        assert (unload.status_code == 200) == (control == "explicit"), unload.text
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(120) in (130, 0, -signal.SIGINT)
     finally:

@@ -1,5 +1,6 @@
-"""`trtllm-replayssm bench-serve`: concurrent streaming requests against a running server (e.g. `serve`);
-prints throughput, time to first token and inter-token latency percentiles (`--json` for tools)."""
+"""`trtllm-replayssm bench-serve`: concurrent streaming requests against a running server (`serve`, or `triton`
+with `--api triton`); prints throughput, time to first token and inter-token latency percentiles (`--json` for
+tools)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from trtllm_replayssm.cli import args as cli
 
 
 def register(sub):
-    p = sub.add_parser("bench-serve", help="load a running OpenAI-compatible server and report latencies")
+    p = sub.add_parser("bench-serve", help="load a running server (OpenAI-compatible or Triton) and report latencies")
     p.add_argument("--url", type=cli.http_url, default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
-    p.add_argument("--model", type=cli.non_empty, default=None, help="model name (default: the server's first)")
+    p.add_argument("--api", choices=("openai", "triton"), default="openai",
+                   help="openai: /v1/completions (serve); triton: /v2/models/MODEL/generate_stream "
+                        "(default %(default)s)")
+    p.add_argument("--model", type=cli.non_empty, default=None,
+                   help="model name (default: the server's first ready one)")
     p.add_argument("--num-requests", type=cli.int_range(1, 1_000_000), default=64, help="requests in all")
     p.add_argument("--concurrency", type=cli.int_range(1, 100_000), default=16, help="requests in flight at most")
     p.add_argument("--prompt-len", type=cli.int_range(1, 1 << 20), default=32, help="prompt tokens per request")
@@ -32,8 +37,8 @@ def main(args) -> int:
 
     try:
         res = asyncio.run(run(args.url.rstrip("/"), args.num_requests, args.concurrency, args.prompt_len,
-                              args.output_len, args.model, args.seed, args.quiet, args.vocab))
-    except httpx.HTTPError as e:
+                              args.output_len, args.model, args.seed, args.quiet, args.vocab, args.api))
+    except (httpx.HTTPError, ValueError) as e:
         raise cli.UsageError(f"cannot reach {args.url}: {e}") from None
     s = res.summary()
     if args.json:

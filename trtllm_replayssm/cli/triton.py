@@ -39,6 +39,9 @@ def register(sub):
     q.add_argument("--http-port", type=cli.int_range(1, 65535), default=8000, help="HTTP port (default %(default)s)")
     q.add_argument("--grpc-port", type=cli.int_range(1, 65535), default=8001, help="gRPC port (default %(default)s)")
     q.add_argument("--metrics-port", type=cli.int_range(1, 65535), default=8002, help="metrics port")
+    q.add_argument("--model-control-mode", choices=("none", "explicit"), default="none",
+                   help="explicit: the model is loaded at start and can be unloaded and loaded again through "
+                        "Triton's repository API (default %(default)s)")
     q.set_defaults(func=main_server)
 
 
@@ -72,7 +75,8 @@ def main_server(args) -> int:
         raise cli.UsageError(str(e)) from None
     with tempfile.TemporaryDirectory(prefix="replayssm-triton-") as repo:
         write_repository(Path(repo), args.name, settings)
-        proc = server.start(Path(repo), args.http_port, args.grpc_port, args.metrics_port)
+        proc = server.start(Path(repo), args.http_port, args.grpc_port, args.metrics_port,
+                            explicit=args.model_control_mode == "explicit", load=[args.name])
         print(f"tritonserver: HTTP http://127.0.0.1:{args.http_port} (generate: /v2/models/{args.name}/generate, "
               f"generate_stream), gRPC 127.0.0.1:{args.grpc_port}, metrics :{args.metrics_port}; Ctrl-C stops it",
               file=sys.stderr, flush=True)

@@ -1,6 +1,7 @@
-"""`bench-serve`: a load generator for a running OpenAI-compatible server. N requests of given prompt and
-output lengths, at most C in flight, each streamed; reports throughput, time to first token (TTFT) and
-inter-token latency (ITL) percentiles."""
+"""`bench-serve`: a load generator for a running server, OpenAI-compatible (`/v1/completions`) or Triton
+(`/v2/models/<model>/generate_stream`, Triton's LLM conventions). N requests of given prompt and output lengths,
+at most C in flight, each streamed and told to ignore the end token; reports throughput, time to first token
+(TTFT) and inter-token latency (ITL) percentiles."""
 
 from __future__ import annotations
 
@@ -35,12 +36,35 @@ class Result:
                 "itl_ms_p50": round(pct(self.itl, 50), 2), "itl_ms_p99": round(pct(self.itl, 99), 2)}
 
 
-async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: list, max_tokens: int, res: Result):
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+APIS = ("openai", "triton")
+
+
+def _request(api: str, model: str, prompt: list, max_tokens: int) -> tuple:
+    """(path, JSON body) of one streamed request that ignores the end token."""
+    if api == "openai":
+        return "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                                   "ignore_eos": True}
+    return f"/v2/models/{model}/generate_stream", {"input_ids": prompt, "max_tokens": max_tokens, "stream": True,
+                                                  "ignore_eos": True}
+
+
+def _event_tokens(api: str, event: dict) -> int:
+    """Tokens carried by one server-sent event; a Triton error event raises."""
+    if api == "openai":
+        return len(event["choices"][0].get("token_ids", []))
+    if "error" in event:
+        raise ValueError(event["error"])
+    ids = event.get("output_ids", [])
+    return len(ids) if isinstance(ids, list) else 1  # Triton writes a one-element output as a scalar
+
+
+async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: list, max_tokens: int, res: Result,
+               api: str = "openai"):
+    path, body = _request(api, model, prompt, max_tokens)
     t0 = time.perf_counter()
     last, n = None, 0
     try:
-        async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+        async with client.stream("POST", url + path, json=body) as r:
             if r.status_code != 200:
                 res.failed += 1
                 res.errors.append(f"HTTP {r.status_code}: {(await r.aread()).decode()[:200]}")
@@ -48,7 +72,7 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: list, ma
             async for line in r.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                got = len(json.loads(line[6:])["choices"][0].get("token_ids", []))
+                got = _event_tokens(api, json.loads(line[6:]))
                 if not got:
                     continue
                 now = time.perf_counter()
@@ -59,25 +83,38 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: list, ma
                 last, n = now, n + got
         res.ok += 1
         res.tokens += n
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, ValueError) as e:
         res.failed += 1
         res.errors.append(f"{type(e).__name__}: {e}")
 
 
+async def _first_model(client: httpx.AsyncClient, url: str, api: str) -> str:
+    if api == "openai":
+        return (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
+    ready = [m["name"] for m in (await client.post(f"{url}/v2/repository/index")).json() if m.get("state") == "READY"]
+    if not ready:
+        raise ValueError(f"no model is ready on {url}")
+    return ready[0]
+
+
 async def run(url: str, num_requests: int, concurrency: int, prompt_len: int, output_len: int,
-              model: str | None = None, seed: int = 0, quiet: bool = False, vocab: int = 100) -> Result:
+              model: str | None = None, seed: int = 0, quiet: bool = False, vocab: int = 100,
+              api: str = "openai") -> Result:
+    """api: "openai" (`serve`) or "triton" (a Triton model with this project's inputs)."""
+    if api not in APIS:
+        raise ValueError(f"api={api!r} is not supported (supported: {', '.join(APIS)})")
     rng = random.Random(seed)
     res = Result()
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
         if model is None:
-            model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
+            model = await _first_model(client, url, api)
         sem = asyncio.Semaphore(concurrency)
         bar = tqdm(total=num_requests, desc="requests", disable=True if quiet else None, leave=False)
 
         async def task():
             async with sem:
                 prompt = [rng.randrange(1, vocab) for _ in range(prompt_len)]
-                await _one(client, url, model, prompt, output_len, res)
+                await _one(client, url, model, prompt, output_len, res, api)
                 bar.update(1)
 
         t0 = time.perf_counter()

@@ -12,6 +12,7 @@ bundled backend returns empty outputs); the `[triton]` extra pins it through nvi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -67,13 +68,14 @@ def find_server(cache: Path | None = None) -> TritonServer:
     system = shutil.which("tritonserver")
     if system:
         return TritonServer(Path(system), None, env)
-    try:
-        import pytriton
-    except ImportError:
+    # Located, not imported: importing pytriton loads its client stack, which the server does not need.
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
         raise TritonUnavailable("no tritonserver on PATH and nvidia-pytriton is not installed: "
-                                "pip install '.[triton]'") from None
+                                "pip install '.[triton]'")
     _check_numpy()
-    root = Path(pytriton.__file__).parent / "tritonserver"
+    package = Path(list(spec.submodule_search_locations)[0])
+    root = package / "tritonserver"
     stub = root / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}" / \
         "triton_python_backend_stub"
     if not stub.exists():
@@ -88,7 +90,7 @@ def find_server(cache: Path | None = None) -> TritonServer:
         dst = python / src.name
         if not dst.exists():
             dst.symlink_to(src)
-    libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
+    libs = package.parent / "nvidia_pytriton.libs"
     if libs.is_dir():
         env["LD_LIBRARY_PATH"] = os.pathsep.join([env["LD_LIBRARY_PATH"], str(libs)])
     return TritonServer(root / "bin" / "tritonserver", backend, env)

@@ -4,8 +4,8 @@ Every Triton request becomes a runtime request on one Engine, whose loop thread 
 back through each request's response sender as the engine produces them (every step when `stream` is true, once
 at the end otherwise). A cancelled request (client gone, stream cancelled) is cancelled in the engine at the next
 step, which frees its slot. Inputs and outputs follow Triton's LLM backends (docs/triton.md): `input_ids` or
-`text_input`, `max_tokens`, `stream`, `temperature`, `top_p`, `top_k`, `random_seed`, `end_id`, `stop_words`
--> `output_ids`, `text_output`. The model's settings come from config.pbtxt's parameters (triton_repo.py).
+`text_input`, `max_tokens`, `stream`, `temperature`, `top_p`, `top_k`, `random_seed`, `end_id`, `ignore_eos`,
+`stop_words` -> `output_ids`, `text_output`. The model's settings come from config.pbtxt's parameters (triton_repo.py).
 
 Imported by the model repository's model.py inside Triton's Python backend stub (triton_python_backend_utils is
 only importable there).
@@ -80,7 +80,8 @@ class TritonPythonModel:
         return SamplingParams(max_tokens=_scalar(request, "max_tokens", 16, int),
                               temperature=_scalar(request, "temperature", 0.0, float),
                               top_p=_scalar(request, "top_p", 1.0, float), top_k=_scalar(request, "top_k", 0, int),
-                              seed=seed, stop=stop, stop_token_ids=() if end_id is None else (end_id,))
+                              seed=seed, stop=stop, stop_token_ids=() if end_id is None else (end_id,),
+                              ignore_eos=_scalar(request, "ignore_eos", False, bool))
 
     def _response(self, tokens):
         text = self.engine.tokenizer.decode(tokens, skip_special_tokens=True) if self.engine.tokenizer else ""
@@ -124,3 +125,6 @@ class TritonPythonModel:
 
     def finalize(self):
         self.engine.stop()
+        # Deleted here, while the stub still talks to the server: otherwise Triton keeps reporting the last value
+        # after the model is unloaded.
+        del self.free_slots, self.metric_family

@@ -16,7 +16,7 @@ INPUTS = [("input_ids", "TYPE_INT32", "[ -1 ]"), ("text_input", "TYPE_STRING", "
           ("max_tokens", "TYPE_INT32", "[ 1 ]"), ("stream", "TYPE_BOOL", "[ 1 ]"),
           ("temperature", "TYPE_FP32", "[ 1 ]"), ("top_p", "TYPE_FP32", "[ 1 ]"), ("top_k", "TYPE_INT32", "[ 1 ]"),
           ("random_seed", "TYPE_UINT64", "[ 1 ]"), ("end_id", "TYPE_INT32", "[ 1 ]"),
-          ("stop_words", "TYPE_STRING", "[ -1 ]")]
+          ("ignore_eos", "TYPE_BOOL", "[ 1 ]"), ("stop_words", "TYPE_STRING", "[ -1 ]")]
 OUTPUTS = [("output_ids", "TYPE_INT32", "[ -1 ]"), ("text_output", "TYPE_STRING", "[ -1 ]")]
 
 
