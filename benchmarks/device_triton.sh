@@ -23,6 +23,9 @@ python3 -m venv --system-site-packages --without-pip "$env"
 site=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # The machine's packages after the environment's own (a .pth line runs at start-up; addsitedir appends).
 for s in $base_sites; do echo "import site; site.addsitedir('$s')"; done > "$site/zz_machine_site_packages.pth"
+# The machine's SciPy / scikit-learn are built for its numpy 2 and fail to import under numpy 1.26; transformers
+# imports scikit-learn when it finds it. Marked absent (None in sys.modules: find_spec says None, import fails).
+echo "import sys; sys.modules.update(dict.fromkeys(('sklearn', 'scipy')))" > "$site/aa_numpy2_only_packages.pth"
 "$env/bin/python" -m pip install -q --no-index --no-deps --ignore-installed --no-compile --no-cache-dir \
   "$carry"/wheels/*.whl
 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
