@@ -86,10 +86,6 @@ def build(model, output: Path, s: BuildSettings, log=print) -> dict:
         lines.append(text)
         log(text)
 
-    backend = None if s.onnx_only else engines.available_backend()
-    targets = list(s.targets or engines.default_targets())
-    if backend is not None:
-        engines.check_targets(backend, targets)
     replay = ReplayConfig(s.buffer_len, s.state_dtype, s.act_dtype, s.read_format)
     replay.validate()
     if s.mode == "replay" and s.read_format != "none":
@@ -97,6 +93,10 @@ def build(model, output: Path, s: BuildSettings, log=print) -> dict:
     if s.spec_tokens and s.mode == "replay" and s.buffer_len < 2 * s.spec_tokens:
         raise NetworkError(f"buffer_len={s.buffer_len} is too short for spec_tokens={s.spec_tokens}: the ring must "
                            f"hold 2T records (buffer_len >= {2 * s.spec_tokens})")
+    backend = None if s.onnx_only else engines.available_backend()
+    targets = list(s.targets or engines.default_targets())
+    if backend is not None:
+        engines.check_targets(backend, targets)  # the backend's SM list, the plugin library's kernels
     t0 = time.perf_counter()
     net = load_network(model, device="cpu", mode=s.mode, replay=replay, dtype=s.act_dtype)
     check_exportable(net)

@@ -2,7 +2,8 @@
 
 Every Triton request becomes a runtime request on one Engine, whose loop thread batches all of them; tokens go
 back through each request's response sender as the engine produces them (every step when `stream` is true, once
-at the end otherwise). A cancelled request (client gone, stream cancelled) is cancelled in the engine at the next
+at the end otherwise). Responses are sent by a thread of their own, in order: a send is a round trip to the
+server, and the engine's loop must not wait for 64 of them each step. A cancelled request (client gone, stream cancelled) is cancelled in the engine at the next
 step, which frees its slot. Inputs and outputs follow Triton's LLM backends (docs/triton.md): `input_ids` or
 `text_input`, `max_tokens`, `stream`, `temperature`, `top_p`, `top_k`, `random_seed`, `end_id`, `ignore_eos`,
 `stop_words` -> `output_ids`, `text_output`. The model's settings come from config.pbtxt's parameters (triton_repo.py).
@@ -14,6 +15,8 @@ only importable there).
 from __future__ import annotations
 
 import json
+import queue
+import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -43,6 +46,9 @@ class TritonPythonModel:
         else:
             self.engine = self._create(params, replay)
         self.engine.runner.capture_all()
+        self._outbox = queue.SimpleQueue()  # sends, in order, for the sender thread
+        self._sender = threading.Thread(target=self._send_loop, name="replayssm-triton-sender", daemon=True)
+        self._sender.start()
         self.engine.start()
         # Free request slots as a custom metric on Triton's metrics endpoint (replayssm_free_slots).
         self.metric_family = pb_utils.MetricFamily(name="replayssm_free_slots", description="free request slots",
@@ -101,30 +107,44 @@ class TritonPythonModel:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))), flags=final)
         return None
 
+    def _send_loop(self):
+        while (send := self._outbox.get()) is not None:
+            try:
+                send()
+            except Exception as e:  # a client gone mid-send: the request's own cancellation frees its slot
+                pb_utils.Logger.log_warn(f"replayssm: a response could not be sent: {e}")
+
     def _listener(self, sender, request, stream):
+        """The engine's callback for one request: it only queues the sends (module docstring)."""
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         engine = self.engine
 
-        def on_event(req, tokens):
-            if req.done:
-                self.free_slots.set(engine.free_slots)
-                if req.finish_reason == "cancelled":
-                    sender.send(flags=final)
-                elif req.finish_reason == "error":
-                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                        f"the engine stopped: {engine.error}")), flags=final)
-                else:
-                    sender.send(self._response(tokens if stream else req.tokens), flags=final)
-                return
+        def finish(req, tokens):
+            self.free_slots.set(engine.free_slots)
+            if req.finish_reason == "cancelled":
+                sender.send(flags=final)
+            elif req.finish_reason == "error":
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"the engine stopped: {engine.error}")), flags=final)
+            else:
+                sender.send(self._response(tokens if stream else req.tokens), flags=final)
+
+        def step(req, tokens):
             if sender.is_cancelled() or request.is_cancelled():
                 engine.cancel(req)
             elif stream:
                 sender.send(self._response(tokens))
 
+        def on_event(req, tokens):
+            tokens = list(tokens)
+            self._outbox.put((lambda: finish(req, tokens)) if req.done else (lambda: step(req, tokens)))
+
         return on_event
 
     def finalize(self):
         self.engine.stop()
+        self._outbox.put(None)
+        self._sender.join()
         # Deleted here, while the stub still talks to the server: otherwise Triton keeps reporting the last value
         # after the model is unloaded.
         del self.free_slots, self.metric_family
