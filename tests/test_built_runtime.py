@@ -52,11 +52,27 @@ def test_release_zeroes_the_slots_rows(build_dir):
     assert any(t[0].any() for n, t in state.items() if n.endswith(".checkpoint"))
 
 
-def test_unknown_executor_and_missing_build_are_refused(build_dir, tmp_path):
+def test_unknown_executor_missing_or_malformed_build_and_low_precision_are_refused(build_dir, tmp_path):
+    import json
+    import shutil
+
     with pytest.raises(ValueError, match="executor='cuda'"):
         BuiltRunner(BuiltModel(build_dir), executor="cuda")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         BuiltModel(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model": {"name": "x"}}))
+    with pytest.raises(ValueError, match="malformed"):
+        BuiltModel(tmp_path)
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(build_dir, bf16)
+    config = json.loads((bf16 / "config.json").read_text())
+    config["state"][0]["dtype"] = "bf16"
+    (bf16 / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="fp32 builds only"):
+        BuiltRunner(BuiltModel(bf16), executor="onnx")
+    if importlib.util.find_spec("uvicorn") is not None:  # serve checks its extra before loading the build
+        code, out, err = invoke(["serve", "--engine", str(bf16), "--executor", "onnx"])
+        assert code == 2 and "fp32 builds only" in err and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is None or not torch.cuda.is_available(),

@@ -31,10 +31,13 @@ class EngineBuildError(RuntimeError):
 
 
 def available_backend() -> str | None:
-    """The first of BACKENDS that is installed, or None."""
+    """The first of BACKENDS that can build here, or None: `tensorrt` builds for the local GPU (none: skipped)."""
+    import torch
+
     for name in BACKENDS:
-        if importlib.util.find_spec(name) is not None:
-            return name
+        if importlib.util.find_spec(name) is None or (name == "tensorrt" and not torch.cuda.is_available()):
+            continue
+        return name
     return None
 
 
@@ -90,6 +93,8 @@ def build_engine(backend: str, onnx_path: Path, engine_path: Path, target: int, 
     try:
         run = subprocess.run([sys.executable, "-m", "trtllm_replayssm.builder.engine", f.name], capture_output=True,
                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise EngineBuildError(f"{onnx_path.name} (SM{target}): the builder ran past {timeout:.0f} s") from None
     finally:
         os.unlink(f.name)
     lines = run.stdout.strip().splitlines()

@@ -26,8 +26,15 @@ def find_config(path) -> Path:
 def summary(path, gpu_bytes: float = H200_BYTES) -> dict:
     """The inspect report of a build folder or engine as a dict (what --json prints)."""
     config_path = find_config(path)
+    try:
+        return _summary(path, config_path, gpu_bytes)
+    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{config_path} is malformed ({type(e).__name__}: {e})") from None
+
+
+def _summary(path, config_path: Path, gpu_bytes: float) -> dict:
     config = json.loads(config_path.read_text())
-    if "format" not in config or "phases" not in config:
+    if not isinstance(config, dict) or "format" not in config or "phases" not in config:
         raise ValueError(f"{config_path} is not the config.json of a `trtllm-replayssm build` output")
     if config["format"] != 1:
         raise ValueError(f"{config_path}: format {config['format']!r} is not one this version reads (1)")

@@ -45,12 +45,17 @@ class BuiltModel:
         path = self.dir / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"{self.dir}: no config.json (a folder written by `trtllm-replayssm build`)")
-        self.config = json.loads(path.read_text())
-        m, s = self.config["model"], self.config["settings"]
-        self.name, self.model_type, self.vocab_size = m["name"], m["model_type"], m["vocab_size"]
-        self.eos_token_ids = tuple(m["eos_token_ids"])
+        try:
+            self.config = json.loads(path.read_text())
+            m, s = self.config["model"], self.config["settings"]
+            self.name, self.model_type, self.vocab_size = m["name"], m["model_type"], m["vocab_size"]
+            self.eos_token_ids = tuple(m["eos_token_ids"])
+            self.mode, self.num_slots, self.max_seq_len = s["mode"], s["num_slots"], s["max_seq_len"]
+            self.phases, self.state = self.config["phases"], self.config["state"]
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} is malformed (not written by this version of `trtllm-replayssm build`?): "
+                             f"{type(e).__name__}: {e}") from None
         self.eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
-        self.mode, self.num_slots, self.max_seq_len = s["mode"], s["num_slots"], s["max_seq_len"]
         self.model_dir = None  # no tokenizer travels with a build
         if s["spec_tokens"]:
             raise ValueError(f"{self.dir} was built for speculative decoding (spec_tokens={s['spec_tokens']}); "
@@ -63,8 +68,12 @@ class _OnnxExecutor:
     def __init__(self, model: BuiltModel):
         from trtllm_replayssm.builder.onnx_runner import OnnxRunner
 
+        low = sorted({t["dtype"] for t in model.state if t["dtype"] in ("bf16", "fp16")})
+        if low:
+            raise ValueError(f"{model.dir} holds {'/'.join(low)} state: the onnx executor runs fp32 builds only "
+                             "(onnx.reference works in numpy); build with --act-dtype fp32 --state-dtype fp32")
         state = {t["name"]: np.zeros(t["shape"], dtype=torch.empty((), dtype=_dtype(t["dtype"])).numpy().dtype)
-                 for t in model.config["state"]}
+                 for t in model.state}
         phases = {p: model.dir / v["onnx"] for p, v in model.config["phases"].items()}
         self.runner = OnnxRunner(phases, state)
 
@@ -79,26 +88,36 @@ class _OnnxExecutor:
 
 class _TensorRTExecutor:
     def __init__(self, model: BuiltModel):
-        from trtllm_replayssm import trt_plugins
+        import tensorrt as trt  # the full TensorRT runtime
 
-        import tensorrt as trt  # noqa: F401 (the full TensorRT runtime; TensorRT-RTX engines do not run on SM90)
-
+        built_with = model.config["tensorrt"]
+        if built_with.get("backend") != "tensorrt":
+            raise ValueError(f"{model.dir} was built by {built_with.get('backend') or 'no TensorRT'} "
+                             f"{built_with.get('version') or ''}: the tensorrt executor runs engines of TensorRT "
+                             "10.x / 11.x (rebuild on the GPU machine with `tensorrt` installed)")
+        if built_with.get("version") != trt.__version__:
+            raise ValueError(f"{model.dir} was built by TensorRT {built_with.get('version')}, this is "
+                             f"{trt.__version__}: rebuild it here")
         if not torch.cuda.is_available():
-            raise RuntimeError("the tensorrt executor needs a CUDA device")
+            raise ValueError("the tensorrt executor needs a CUDA device (use --executor onnx to check a build on "
+                             "the CPU)")
         self.trt, self.device = trt, torch.device("cuda")
         major, minor = torch.cuda.get_device_capability()
         target = str(10 * major + minor)
         self.logger = trt.Logger(trt.Logger.WARNING)
-        trt_plugins.load_plugins(trt.get_plugin_registry(), trt=trt)
+        # the library the engines were built with, copied into the build
+        trt.get_plugin_registry().load_library(str(model.dir / model.config["plugins"]["library"]))
         runtime = trt.Runtime(self.logger)
         self.state = {t["name"]: torch.zeros(t["shape"], dtype=_dtype(t["dtype"]), device=self.device)
-                      for t in model.config["state"]}
-        self.contexts, self.phases = {}, model.config["phases"]
+                      for t in model.state}
+        self.contexts, self.phases = {}, model.phases
         for phase, p in self.phases.items():
             if target not in p["engines"]:
                 raise ValueError(f"{model.dir}: no {phase} engine for this GPU (SM{target}; built for "
                                  f"SM {', '.join(p['engines']) or 'none'}): rebuild with --target {target}")
             engine = runtime.deserialize_cuda_engine((model.dir / p["engines"][target]).read_bytes())
+            if engine is None:
+                raise ValueError(f"TensorRT could not load {model.dir / p['engines'][target]} (see its log above)")
             self.contexts[phase] = (engine, engine.create_execution_context())
         self.stream = torch.cuda.Stream(self.device)
 
@@ -122,6 +141,7 @@ class _TensorRTExecutor:
                 if name in p["aliases"]:
                     copies.append((self.state[p["aliases"][name]], out))
             ctx.set_tensor_address(name, out.data_ptr())
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))  # inputs and zeroed rows first
         if not ctx.execute_async_v3(self.stream.cuda_stream):
             raise RuntimeError(f"TensorRT failed to run the {phase} engine")
         with torch.cuda.stream(self.stream):

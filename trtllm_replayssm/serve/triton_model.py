@@ -142,9 +142,11 @@ class TritonPythonModel:
         return on_event
 
     def finalize(self):
-        self.engine.stop()
-        self._outbox.put(None)
-        self._sender.join()
+        try:
+            self.engine.stop()
+        finally:
+            self._outbox.put(None)
+            self._sender.join(timeout=30)
         # Deleted here, while the stub still talks to the server: otherwise Triton keeps reporting the last value
         # after the model is unloaded.
         del self.free_slots, self.metric_family
