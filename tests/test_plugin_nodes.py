@@ -3,9 +3,6 @@ plugin's fields and input order (trt_plugins), outputs y then the written state;
 onnx.reference with the plugin node implemented by the project's ops, equals the eager op (output and state)."""
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -87,32 +84,6 @@ def test_exported_plugin_node_runs_like_the_op(mode):
     assert not (got[1] == pool.buffers["checkpoint"].numpy()).all()
 
 
-BUILD_SCRIPT = """
-import json, sys
-from trtllm_replayssm import trt_plugins as tp
-trt = tp.tensorrt_module()
-errors = []
-class Logger(trt.ILogger):
-    def log(self, severity, msg):
-        if severity <= trt.ILogger.Severity.ERROR:
-            errors.append(msg)
-logger = Logger()
-builder = trt.Builder(logger)
-builder.get_plugin_registry().load_library(str(tp.library_path()))
-network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-parser = trt.OnnxParser(network, logger)
-engine = None
-if parser.parse(open(sys.argv[1], "rb").read()):
-    config = builder.create_builder_config()
-    tp.enable_aliased_io(config, trt=trt)
-    config.num_compute_capabilities = 1
-    config.set_compute_capability(trt.ComputeCapability.SM89, 0)
-    engine = builder.build_serialized_network(network, config)
-errors += [str(parser.get_error(i)) for i in range(parser.num_errors)]
-print(json.dumps({"bytes": 0 if engine is None else len(bytes(engine)), "errors": errors}))
-"""
-
-
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt_rtx") is None,
                     reason="tensorrt_rtx is not installed (pip install tensorrt-rtx==1.7.1.116)")
 @pytest.mark.skipif(not (trt_plugins.native_dir() / "libreplayssm_trt.so").exists(),
@@ -120,19 +91,14 @@ print(json.dumps({"bytes": 0 if engine is None else len(bytes(engine)), "errors"
 @pytest.mark.parametrize("mode", ["replay", "conventional"])
 def test_exported_graph_builds_an_sm89_engine_with_tensorrt_rtx(mode, tmp_path):
     """The exporter's plugin node (domain = plugin namespace) reaches the plugin through TensorRT-RTX's ONNX
-    parser; the build runs in a child process (the parser finds libtensorrt_rtx.so through LD_LIBRARY_PATH)."""
-    import json
+    parser (builder/engine.py's child-process build, as `build` runs it)."""
+    from trtllm_replayssm.builder.engine import build_engine
 
     trt_plugins.check_targets([89])
     cfg = ReplayConfig(4, "fp32", "fp32")
     model, *_ = _export(mode, cfg, _pool(cfg))
     path = tmp_path / "step.onnx"
     path.write_bytes(model.SerializeToString())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(trt_plugins.prepare_tensorrt_rtx()),
-                                                           env.get("LD_LIBRARY_PATH")]))
-    run = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(path)], capture_output=True, text=True,
-                         timeout=300, env=env)
-    assert run.returncode == 0, run.stdout + run.stderr
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result = build_engine("tensorrt_rtx", path, tmp_path / "step.engine", 89, profile={})
     assert result["errors"] == [] and result["bytes"] > 0, result
+    assert (tmp_path / "step.engine").stat().st_size == result["bytes"]

@@ -137,10 +137,11 @@ def _child(request: dict) -> dict:
         return messages
     config = builder.create_builder_config()
     trt_plugins.enable_aliased_io(config, trt=trt)
-    profile = builder.create_optimization_profile()
-    for name, (lo, opt, hi) in request["profile"].items():
-        profile.set_shape(name, lo, opt, hi)
-    config.add_optimization_profile(profile)
+    if request["profile"]:  # dynamic inputs: their (min, opt, max) shapes
+        profile = builder.create_optimization_profile()
+        for name, (lo, opt, hi) in request["profile"].items():
+            profile.set_shape(name, lo, opt, hi)
+        config.add_optimization_profile(profile)
     if trt_plugins.is_tensorrt_rtx(trt):
         config.num_compute_capabilities = 1
         config.set_compute_capability(getattr(trt.ComputeCapability, f"SM{request['target']}"), 0)
