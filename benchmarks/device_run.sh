@@ -27,30 +27,25 @@ if [ -z "${SKIP_BUILD:-}" ]; then  # SKIP_BUILD=1: a second run beside one that 
     > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
+sharded() {  # name [pytest options]: every test in 8 concurrent shards; one summary line per shard; fails on a failure
+  local name=$1; shift
+  local logs
+  logs=$(mktemp -d)
+  for shard in 0 1 2 3 4 5 6 7; do
+    RSSM_TEST_SHARD=$shard/8 OMP_NUM_THREADS=2 python3 -m pytest -q -rfE "$@" -p no:cacheprovider tests \
+      > "$logs/$shard.log" 2>&1 &
+  done
+  wait
+  cat "$logs"/[0-7].log > "$out/$name.log"
+  grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$logs"/[0-7].log | tail -40
+  ! grep -qE "^(FAILED|ERROR)" "$logs"/[0-7].log
+}
 status=0
 for step in "$@"; do
   t0=$(date +%s)
   case $step in
-    tests)
-      logs=$(mktemp -d)
-      for shard in 0 1 2 3 4 5 6 7; do
-        RSSM_TEST_SHARD=$shard/8 OMP_NUM_THREADS=2 python3 -m pytest -q -rfE -p no:cacheprovider tests \
-          > "$logs/tests_$shard.log" 2>&1 &
-      done
-      wait
-      cat "$logs"/tests_[0-7].log > "$out/tests.log"
-      grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$logs"/tests_[0-7].log | tail -40
-      grep -qE "^(FAILED|ERROR)" "$logs"/tests_[0-7].log && status=1 ;;
-    gpu-tests)  # the GPU tests only (-m gpu), 8 shards
-      logs=$(mktemp -d)
-      for shard in 0 1 2 3 4 5 6 7; do
-        RSSM_TEST_SHARD=$shard/8 OMP_NUM_THREADS=2 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests \
-          > "$logs/gpu_$shard.log" 2>&1 &
-      done
-      wait
-      cat "$logs"/gpu_[0-7].log > "$out/gpu_tests.log"
-      grep -hE "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$logs"/gpu_[0-7].log | tail -40
-      grep -qE "^(FAILED|ERROR)" "$logs"/gpu_[0-7].log && status=1 ;;
+    tests) sharded tests || status=1 ;;
+    gpu-tests) sharded gpu_tests -m gpu || status=1 ;;  # the GPU tests only
     hygiene) bash benchmarks/kernel_hygiene.sh "$out" | tail -20 || status=1 ;;
     serve) python3 benchmarks/serve_decode.py --out "$out/serve_decode.md" ${SERVE_ARGS:-} 2>&1 | tail -20 || status=1 ;;  # SERVE_ARGS: extra options
     *) echo "unknown step $step"; status=2 ;;
