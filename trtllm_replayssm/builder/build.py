@@ -29,7 +29,7 @@ from trtllm_replayssm.network import NetworkError, load_network
 from trtllm_replayssm.network.layers import Attention, SsmMixer
 
 from . import engine as engines
-from .export import check_exportable, export_phases
+from .export import check_settings, export_phases
 
 CONFIG_FORMAT = 1
 
@@ -88,8 +88,7 @@ def build(model, output: Path, s: BuildSettings, log=print) -> dict:
 
     replay = ReplayConfig(s.buffer_len, s.state_dtype, s.act_dtype, s.read_format)
     replay.validate()
-    if s.mode == "replay" and s.read_format != "none":
-        raise NetworkError(f"read_format={s.read_format!r}: the plugins read no read copy yet (engines: none)")
+    check_settings(s.mode, s.read_format)
     if s.spec_tokens and s.mode == "replay" and s.buffer_len < 2 * s.spec_tokens:
         raise NetworkError(f"buffer_len={s.buffer_len} is too short for spec_tokens={s.spec_tokens}: the ring must "
                            f"hold 2T records (buffer_len >= {2 * s.spec_tokens})")
@@ -99,7 +98,6 @@ def build(model, output: Path, s: BuildSettings, log=print) -> dict:
         engines.check_targets(backend, targets)  # the backend's SM list, the plugin library's kernels
     t0 = time.perf_counter()
     net = load_network(model, device="cpu", mode=s.mode, replay=replay, dtype=s.act_dtype)
-    check_exportable(net)
     state = net.new_state(s.max_batch, s.max_seq_len, s.spec_tokens)  # refuses a shape the pools cannot hold
     say(f"load   {net.name}: {net.model_type}, {len(net.blocks)} layers, {s.mode} "
         f"(L={s.buffer_len}, state {s.state_dtype}, act {s.act_dtype})  {time.perf_counter() - t0:.1f} s")

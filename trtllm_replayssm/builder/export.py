@@ -210,11 +210,14 @@ def export_phase(net: HybridLM, template: StateSet, phase: str, path: Path, max_
     return PhaseGraph(phase, path, inputs, outputs, aliases, in_place, time.perf_counter() - start)
 
 
+def check_settings(mode: str, read_format: str) -> None:
+    """Refuses, naming the setting, what the plugins cannot serve (before anything is loaded or exported)."""
+    if mode == "replay" and read_format != "none":
+        raise NetworkError(f"read_format={read_format!r}: the plugins read no read copy yet (engines: none)")
+
+
 def check_exportable(net: HybridLM) -> None:
-    """Refuses, naming the setting, what the plugins cannot serve (before any export)."""
-    if net.mode == "replay" and net.replay.read_format != "none":
-        raise NetworkError(f"read_format={net.replay.read_format!r}: the plugins read no read copy yet "
-                           "(supported for engines: none)")
+    check_settings(net.mode, net.replay.read_format)
 
 
 def export_phases(net: HybridLM, num_slots: int, max_seq_len: int, out_dir: Path, spec_tokens: int = 0,
