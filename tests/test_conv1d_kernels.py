@@ -1,5 +1,10 @@
 """GPU tests of the causal conv1d kernels (update, speculative verify, commit) against the PyTorch references.
 
+Updates run one of two kernels (plugins/include/replayssm/conv1d/conv1d.cuh): the register kernel when the channel
+count is a multiple of 8, windows are packed and every base and row stride is 16-byte aligned, the staged-tile
+kernel otherwise. The update tests alternate aligned steps (register kernel when C % 8 == 0) with unaligned ones
+(staged), a test checks which kernel each layout gets, and one that the two give the same bits.
+
 Tolerances (one table): windows and states are copies and one rounding of x to the state dtype, done the same
 way by kernel and reference, so they must be bit-identical. Outputs differ only in fp32 summation order (fma
 against multiply-then-sum over k <= 4 terms, fast exp in SiLU): a few fp32 ulps of terms of magnitude ~3, covered
@@ -77,7 +82,10 @@ def _check_untouched(pool, before, slots, what):
 
 # ---- update (standard decode) ----
 
+# C % 8 == 0 (256, 136: a partial last block of either kernel, 1000, 4120): even steps take the register kernel;
+# 37, 129: the staged kernel on every step.
 UPDATE_CASES = ([(d, 4, 256, True, True) for d in DTYPES]
+                + [(d, k, 136, k == 2, k == 3) for d in DTYPES for k in (2, 3)]
                 + [((BF16, BF16, BF16), 2, 1000, True, False), ((F32, BF16, F32), 3, 4120, False, True),
                    ((F16, F16, F32), 4, 37, True, True), ((BF16, F32, F32), 3, 129, False, False)])
 
@@ -87,8 +95,9 @@ UPDATE_CASES = ([(d, 4, 256, True, True) for d in DTYPES]
                               for d, k, C, a, b in UPDATE_CASES])
 def test_update_matches_reference_over_20_steps(dtypes, k, C, activation, with_bias):
     """20 steps, fresh inputs, shuffled slots with a padding row, a pool larger than the batch: y follows the
-    reference, the state is bit-identical to the reference's, padding rows and unused slots are untouched. Odd
-    steps read x from (and write y into) views with a wider, unaligned row stride."""
+    reference, the state is bit-identical to the reference's, padding rows and unused slots are untouched. Even
+    steps use packed, aligned rows (the register kernel when C % 8 == 0); odd steps read x from (and write y into)
+    views with a wider, unaligned row stride (the staged kernel)."""
     sdt, adt, wdt = dtypes
     weight, bias = _layer(C, k, wdt, with_bias)
     state = torch.randn(SLOTS, C, k - 1, device=DEV).to(sdt)
@@ -107,8 +116,9 @@ def test_update_matches_reference_over_20_steps(dtypes, k, C, activation, with_b
 
 
 def test_update_on_strided_state_matches_reference():
-    """The state as the first k-1 positions of a wider buffer (channel stride k+1, not the width): the kernel's
-    element-wise path; the positions behind the state stay untouched."""
+    """The state as the first k-1 positions of a wider buffer (channel stride k+1, not the width): the staged
+    kernel's element-wise path (C % 8 == 0 but the windows are not packed); the positions behind the state stay
+    untouched."""
     k, C = 4, 200
     weight, bias = _layer(C, k, F32)
     buf = torch.randn(SLOTS, C, k + 1, device=DEV).to(BF16)
@@ -121,6 +131,100 @@ def test_update_on_strided_state_matches_reference():
         y_ref = conv1d_update_reference(ref[:, :, :k - 1], x, weight, bias, slot_idx=slots)
         _check_y(out, y_ref, slots >= 0, BF16, f"step {step}")
         assert torch.equal(buf, ref), f"step {step}: state buffer differs from the reference"
+
+
+def _update_kernels(call):
+    """Which update kernels `call` launches: a subset of {"registers", "staged"}, from the profiler's trace."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    if not names:
+        pytest.skip("the profiler recorded no CUDA kernels (CUPTI unavailable)")
+    return ({"registers"} if any("update_in_registers_kernel" in n for n in names) else set()) | \
+        ({"staged"} if any("conv_kernel" in n for n in names) else set())
+
+
+def _offset(shape, dtype, offset):
+    """A contiguous tensor of `shape` starting `offset` elements past a fresh (aligned) buffer's start."""
+    n = 1
+    for d in shape:
+        n *= d
+    return torch.randn(n + offset, device=DEV).to(dtype)[offset:].view(shape)
+
+
+# (id, C, dtypes, layout change, kernel): each staged case breaks one requirement of the register kernel.
+DISPATCH_CASES = [
+    ("packed-aligned", 256, (BF16, BF16, F32), {}, "registers"),
+    ("fp32-packed-aligned", 8, (F32, F32, F32), {}, "registers"),
+    ("x-row-stride-16B", 256, (BF16, BF16, BF16), {"x": dict(extra=8)}, "registers"),
+    ("x-offset-1", 256, (BF16, BF16, F32), {"x": dict(offset=1)}, "staged"),
+    ("x-row-stride-6B", 256, (BF16, BF16, F32), {"x": dict(extra=3)}, "staged"),
+    ("y-row-stride-6B", 256, (BF16, BF16, F32), {"y": dict(extra=3)}, "staged"),
+    ("C-not-multiple-of-8", 260, (BF16, BF16, F32), {}, "staged"),
+    ("state-strided", 256, (BF16, BF16, F32), {"state_extra": 2}, "staged"),
+    ("state-offset-1", 256, (BF16, BF16, F32), {"state_offset": 1}, "staged"),
+    ("weight-offset-1", 256, (BF16, BF16, F32), {"weight_offset": 1}, "staged"),
+    ("bias-offset-1", 256, (BF16, BF16, BF16), {"bias_offset": 1}, "staged"),
+]
+
+
+@pytest.mark.parametrize("C, dtypes, layout, kernel", [c[1:] for c in DISPATCH_CASES],
+                         ids=[c[0] for c in DISPATCH_CASES])
+def test_update_takes_register_kernel_only_when_aligned(C, dtypes, layout, kernel):
+    """The dispatch gives an update the register kernel exactly when C % 8 == 0, the windows are packed and
+    every base and row stride is 16-byte aligned; the result follows the reference either way."""
+    sdt, adt, wdt = dtypes
+    k = 4
+    state_buf = _offset((SLOTS, C, k - 1 + layout.get("state_extra", 0)), sdt, layout.get("state_offset", 0))
+    state = state_buf[:, :, :k - 1]
+    ref = state.clone()
+    weight = _offset((C, k), wdt, layout.get("weight_offset", 0))
+    bias = _offset((C,), wdt, layout.get("bias_offset", 0))
+    slots = slot_map(BATCH, SLOTS, n_pad=1, device=DEV)
+    x, _ = _rows((BATCH, C), adt, **layout.get("x", {}))
+    out, out_buffer = _rows((BATCH, C), adt, poison=True, **layout.get("y", {}))
+    ran = _update_kernels(lambda: conv1d_update(state, x, weight, bias, slot_idx=slots, out=out))
+    assert ran == {kernel}, f"launched {sorted(ran)}, expected the {kernel} kernel"
+    y_ref = conv1d_update_reference(ref, x, weight, bias, slot_idx=slots)
+    _check_y(out, y_ref, slots >= 0, adt, kernel, out_buffer)
+    assert torch.equal(state, ref), "state differs from the reference"
+
+
+BIT_CASES = [(d, k) for d in DTYPES for k in (2, 3, 4)]
+
+
+def _bits(t):
+    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+@pytest.mark.parametrize("dtypes, k", BIT_CASES, ids=[f"{_id(d)}-k{k}" for d, k in BIT_CASES])
+def test_register_and_staged_updates_are_bit_identical(dtypes, k):
+    """The same inputs through both update kernels, 30 steps on two copies of a pool: once with packed, aligned
+    rows (register kernel), once with the same values in slices one element past alignment (staged kernel). y and
+    the state are bit-identical at every step; padding rows of both outputs stay poisoned; 1032 channels leave the
+    last block of either kernel partly idle."""
+    sdt, adt, wdt = dtypes
+    C = 1032
+    activation, with_bias = k != 3, k != 2
+    weight, bias = _layer(C, k, wdt, with_bias)
+    fast_state = torch.randn(SLOTS, C, k - 1, device=DEV).to(sdt)
+    staged_state = fast_state.clone()
+    for step in range(30):
+        slots = slot_map(BATCH, SLOTS, n_pad=2, device=DEV)
+        x = torch.randn(BATCH, C, device=DEV).to(adt)
+        x_unaligned, _ = _rows((BATCH, C), adt, offset=1)
+        x_unaligned.copy_(x)
+        y = poisoned((BATCH, C), adt, DEV)
+        y_unaligned, _ = _rows((BATCH, C), adt, offset=1, poison=True)
+        conv1d_update(fast_state, x, weight, bias, activation, slot_idx=slots, out=y)
+        conv1d_update(staged_state, x_unaligned, weight, bias, activation, slot_idx=slots, out=y_unaligned)
+        live = slots >= 0
+        assert not torch.isnan(y[live]).any(), f"step {step}: register kernel left outputs unwritten"
+        assert torch.isnan(y[~live]).all() and torch.isnan(y_unaligned[~live]).all(), \
+            f"step {step}: padding row written"
+        assert torch.equal(_bits(y[live]), _bits(y_unaligned[live])), f"step {step}: y differs between the kernels"
+        assert torch.equal(_bits(fast_state), _bits(staged_state)), f"step {step}: state differs between the kernels"
 
 
 # ---- speculative verify + commit ----

@@ -1,6 +1,7 @@
 // The one dispatch point of the conv1d family: validation of runtime values against the closed lists below,
 // then the jump to the specialisation compiled in conv1d_<activation dtype>.cu (update, verify) or here
-// (commit, which depends on the state dtype and k only).
+// (commit, which depends on the state dtype and k only). Updates take the register kernel when its layout
+// requirements hold (update_in_registers_applies), the staged-tile kernel otherwise; both give the same bits.
 #include "dispatch.h"
 #include "replayssm.h"
 #include "replayssm/conv1d/conv1d.cuh"
@@ -11,8 +12,9 @@ namespace conv1d {
 // Closed lists (mirrored by trtllm_replayssm/config.py CONV1D_KERNEL_SIZES, CONV1D_MAX_TOKENS): kernel sizes
 // kMinKernel..kMaxKernel, tokens 1..kMaxTokens; weight and bias in fp32 or the activation dtype.
 
-#define RSSM_DECLARE(S, A, W, K) \
-  extern template cudaError_t launch_conv<S, A, W, K>(const rssm_conv1d_params&, cudaStream_t);
+#define RSSM_DECLARE(S, A, W, K)                                                                  \
+  extern template cudaError_t launch_conv<S, A, W, K>(const rssm_conv1d_params&, cudaStream_t); \
+  extern template cudaError_t launch_update_in_registers<S, A, W, K>(const rssm_conv1d_params&, cudaStream_t);
 #define RSSM_DECLARE_K(S, A, W) RSSM_DECLARE(S, A, W, 2) RSSM_DECLARE(S, A, W, 3) RSSM_DECLARE(S, A, W, 4)
 #define RSSM_DECLARE_W(S, A) RSSM_DECLARE_K(S, A, float) RSSM_DECLARE_K(S, A, A)
 #define RSSM_DECLARE_A(S) RSSM_DECLARE_W(S, float) RSSM_DECLARE_W(S, __half) RSSM_DECLARE_W(S, __nv_bfloat16)
@@ -30,8 +32,11 @@ static cudaError_t dispatch(const rssm_conv1d_params& p, cudaStream_t stream) {
       using A = typename decltype(act_tag)::type;
       auto launch = [&](auto weight_tag) {
         using W = typename decltype(weight_tag)::type;
-        return with_value<2, 3, 4>(p.kernel_size,
-                                   [&](auto k) { return launch_conv<S, A, W, decltype(k)::value>(p, stream); });
+        const bool in_registers = update_in_registers_applies<S, A, W>(p);
+        return with_value<2, 3, 4>(p.kernel_size, [&](auto k) {
+          constexpr int K = decltype(k)::value;
+          return in_registers ? launch_update_in_registers<S, A, W, K>(p, stream) : launch_conv<S, A, W, K>(p, stream);
+        });
       };
       return p.weight_dtype == RSSM_DTYPE_FP32 ? launch(TypeTag<float>{}) : launch(TypeTag<A>{});
     });

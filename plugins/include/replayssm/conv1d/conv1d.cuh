@@ -4,13 +4,26 @@
 // plugins/capi/.
 //
 // The op is memory-bound: a step reads and writes each input a handful of times and does k multiply-adds.
-// One block per (batch row, tile of kTileChannels channels). The block stages its slot's window tile (one
-// contiguous run of channels x width elements when channels are packed), the x tile and the weights in
-// shared memory with 16-byte loads, each thread moving a few 16-byte chunks (a chunk is 8 channels of a
-// 16-bit row, 4 of an fp32 row); computes each (token, channel) output from shared memory; and writes y and
-// the window tile back with 16-byte stores. Rows whose start is not 16-byte aligned, or tails shorter than a
-// chunk, move element by element (any channel count works; C % 8 == 0 with aligned pools and rows keeps every
-// access vectorised).
+// Two paths, chosen per call by the dispatch (plugins/capi/conv1d_dispatch.cu):
+//
+// Register update (update mode, the decode hot path): one thread per (batch row, group of kGroupChannels = 8
+// consecutive channels), consecutive threads on consecutive groups of one row. A thread loads its 8 windows
+// (8 x (k-1) contiguous state elements), its 8 inputs, 8 x k weights and 8 biases with 16-byte loads, computes
+// the 8 outputs in registers and stores the shifted windows and the outputs with 16-byte stores: no shared
+// memory, no barrier. It needs packed windows (channel stride k-1), C % 8 == 0 and every base pointer and row
+// stride 16-byte aligned (update_in_registers_applies); at Nemotron-3-Super's 10240 channels a batch row is
+// 1280 threads, 10 blocks of 128.
+//
+// Staged tiles (verify, commit, and updates the register path does not take: strided windows, odd channel
+// counts, unaligned slices of a projection output): one block per (batch row, tile of kTileChannels channels).
+// The block stages its slot's window tile (one contiguous run of channels x width elements when channels are
+// packed), the x tile and the weights in shared memory with 16-byte loads, each thread moving a few 16-byte
+// chunks (a chunk is 8 channels of a 16-bit row, 4 of an fp32 row); computes each (token, channel) output from
+// shared memory; and writes y and the window tile back with 16-byte stores. Rows whose start is not 16-byte
+// aligned, or tails shorter than a chunk, move element by element (any channel count works).
+//
+// Both paths compute an output with the same fp32 operations in the same order (acc = 0; one fma per window
+// tap, oldest first; one fma of the last tap with x; + bias; SiLU), so they give bit-identical y and state.
 //
 // Windows are written back whole: the history and stale draft positions get their own bits again, so every
 // 32-byte sector of the tile is fully written (no partial-sector writes) and the bytes that change are exactly
@@ -63,7 +76,9 @@ __device__ __forceinline__ Dst convert(Src v) {
   }
 }
 
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+__host__ __device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 // Walks a global tile of `rows` rows of `width` consecutive T elements, `stride` elements apart, in pieces:
 // fn(flat index r * width + c, global offset r * stride + c, count). A piece is a 16-byte chunk (count = V)
@@ -207,6 +222,101 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
+// ---- register update ----
+
+constexpr int kGroupChannels = 8;  // channels per thread: 16 bytes of a 16-bit row, two 16-byte accesses of fp32
+constexpr int kGroupThreads = 128;
+
+// N consecutive T elements at a 16-byte aligned address, moved bit for bit in 16-byte accesses.
+template <typename T, int N>
+__device__ __forceinline__ void load_raw(const T* ptr, T (&out)[N]) {
+  constexpr int V = 16 / sizeof(T);
+  static_assert(N % V == 0, "a whole number of 16-byte accesses");
+#pragma unroll
+  for (int a = 0; a < N / V; ++a) {
+    const Packed<T, V> q = reinterpret_cast<const Packed<T, V>*>(ptr)[a];
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[a * V + e] = q.v[e];
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_raw(T* ptr, const T (&in)[N]) {
+  constexpr int V = 16 / sizeof(T);
+  static_assert(N % V == 0, "a whole number of 16-byte accesses");
+#pragma unroll
+  for (int a = 0; a < N / V; ++a) {
+    Packed<T, V> q;
+#pragma unroll
+    for (int e = 0; e < V; ++e) q.v[e] = in[a * V + e];
+    reinterpret_cast<Packed<T, V>*>(ptr)[a] = q;
+  }
+}
+
+// Update of kGroupChannels channels of one batch row per thread, in registers (update_in_registers_applies
+// holds): the same operations, in the same order, as conv_kernel's update.
+template <typename S, typename A, typename W, int K>
+__global__ void __launch_bounds__(kGroupThreads)
+    update_in_registers_kernel(const __grid_constant__ rssm_conv1d_params p) {
+  constexpr int K1 = K - 1, G = kGroupChannels;
+  const int b = blockIdx.y, c0 = (blockIdx.x * kGroupThreads + threadIdx.x) * G;
+  if (c0 >= p.channels) return;
+  const int slot = live_slot(p, b);
+  if (slot < 0) return;  // padding: nothing read, nothing written
+
+  // WRITTEN below: the windows of channels c0..c0+G-1 of this slot, G x (k-1) contiguous elements.
+  S* gwin = static_cast<S*>(p.state) + slot * p.state_slot_stride + static_cast<int64_t>(c0) * K1;
+  S win[G * K1];
+  float x[G], w[G * K], bias[G] = {};
+  load_raw(gwin, win);
+  load_vec(static_cast<const A*>(p.x) + b * p.x_batch_stride + c0, x);
+  load_vec(static_cast<const W*>(p.weight) + static_cast<int64_t>(c0) * K, w);
+  if (p.bias) load_vec(static_cast<const W*>(p.bias) + c0, bias);
+
+  float y[G];
+  S next[G * K1];  // the last k-2 history inputs, then the new input in the state dtype
+#pragma unroll
+  for (int c = 0; c < G; ++c) {
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < K1; ++i) acc = fmaf(w[c * K + i], to_float(win[c * K1 + i]), acc);
+    acc = fmaf(w[c * K + K1], x[c], acc);
+    if (p.bias) acc += bias[c];
+    y[c] = p.silu ? silu_gate(acc) : acc;
+#pragma unroll
+    for (int i = 0; i < K1; ++i) next[c * K1 + i] = i < K1 - 1 ? win[c * K1 + i + 1] : from_float<S>(x[c]);
+  }
+  store_raw(gwin, next);
+  // WRITES y of this row, channels c0..c0+G-1.
+  store_vec(static_cast<A*>(p.y) + b * p.y_batch_stride + c0, y);
+}
+
+// Whether the register update can run a validated call: update mode, packed windows (channel stride k-1), whole
+// groups of kGroupChannels channels, and every 16-byte access aligned: the bases of state, x, y, weight and bias
+// and the slot and batch strides (a group's offset within a row, 8 channels, is a multiple of 16 bytes).
+template <typename S, typename A, typename W>
+bool update_in_registers_applies(const rssm_conv1d_params& p) {
+  auto rows_aligned = [](const void* base, int64_t stride, int64_t elem_bytes) {
+    return aligned16(base) && (stride * elem_bytes) % 16 == 0;
+  };
+  return p.mode == RSSM_CONV1D_UPDATE && p.channels % kGroupChannels == 0 &&
+         p.state_channel_stride == p.kernel_size - 1 && rows_aligned(p.state, p.state_slot_stride, sizeof(S)) &&
+         rows_aligned(p.x, p.x_batch_stride, sizeof(A)) && rows_aligned(p.y, p.y_batch_stride, sizeof(A)) &&
+         aligned16(p.weight) && (!p.bias || aligned16(p.bias));
+}
+
+// Host launch of a register update for one (state, activation, weight dtype, k) specialisation; params validated
+// and update_in_registers_applies.
+template <typename S, typename A, typename W, int K>
+cudaError_t launch_update_in_registers(const rssm_conv1d_params& p, cudaStream_t stream) {
+  if (p.batch == 0) return cudaSuccess;
+  const int groups = p.channels / kGroupChannels;
+  const dim3 grid((groups + kGroupThreads - 1) / kGroupThreads, p.batch);
+  update_in_registers_kernel<S, A, W, K><<<grid, kGroupThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// The staged-tile grid: one block per (tile of kTileChannels channels, batch row).
 inline dim3 grid_of(const rssm_conv1d_params& p) {
   return dim3((p.channels + kTileChannels - 1) / kTileChannels, p.batch);
 }
