@@ -24,8 +24,9 @@ from trtllm_replayssm.network import load_network  # noqa: E402
 from trtllm_replayssm.runtime.runner import ModelRunner  # noqa: E402
 
 CATEGORIES = [  # first match wins
-    ("SSM (ReplaySSM / conventional kernels)", r"replayssm|rssm|output_only|decode_kernel|mamba2|gdn|flush"),
     ("conv1d", r"conv1d"),
+    ("gated RMSNorm (fused)", r"replayssm::norm::"),
+    ("SSM (ReplaySSM / conventional kernels)", r"replayssm|rssm|output_only|decode_kernel|mamba2|gdn|flush"),
     ("GEMM (projections, MLP, LM head)", r"gemm|xmma|cutlass|nvjet|sm90_|ampere_|cublas|matmul"),
     ("softmax / reductions", r"softmax|reduce|argmax|max_|sum"),
     ("gather / scatter / index", r"index|gather|scatter|copy"),
