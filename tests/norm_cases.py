@@ -21,6 +21,8 @@ import math
 import pytest
 import torch
 
+from trtllm_replayssm.ops.norm import gated_rmsnorm
+
 FP32_SLACK = 64 * 2.0 ** -24
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -94,7 +96,6 @@ def assert_within(out, ref, tol, what):
 # Bad input: (make call from (y, gate, weight, out), words of the error). y, gate [6, 64] bf16, weight [64] fp32,
 # group 16, gate first; out [6, 64] bf16.
 def _call(y, gate, weight, out, **kw):
-    from trtllm_replayssm.ops.norm import gated_rmsnorm
     args = dict(y=y, gate=gate, weight=weight, eps=1e-5, group_size=16, norm_before_gate=False, out=out)
     args.update(kw)
     return gated_rmsnorm(**args)
