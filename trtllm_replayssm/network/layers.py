@@ -65,13 +65,22 @@ class SsmMixer(nn.Module):
                       torch.zeros(state.num_slots, T, *ckpt.shape[1:], dtype=ckpt.dtype, device=device))
 
     def _conv(self, phase, xbc, ctx):
-        return ctx.ops.conv1d(phase, ctx, self.index, xbc.contiguous(), _conv_weight(self.conv1d), self.conv1d.bias)
+        return ctx.ops.conv1d(phase, ctx, self.index, _rows(xbc, phase), _conv_weight(self.conv1d), self.conv1d.bias)
 
     def commit(self, ctx: StepContext) -> None:
         """Keeps each row's accepted prefix of the last verified window: cursor (ReplaySSM) or snapshot
         (conventional), and the conv history."""
         ctx.ops.ssm_commit(ctx, self.index, self.mode)
         ctx.ops.conv1d_commit(ctx, self.index, self.conv1d.kernel_size[0])
+
+
+def _rows(t: torch.Tensor, phase: str) -> torch.Tensor:
+    """t as the ops take it: in decode on CUDA, a slice of a projection or conv1d output whose rows are 16-byte
+    aligned goes to the kernels as it is (they read strided rows: no copy); otherwise a contiguous copy."""
+    if phase == "decode" and t.is_cuda and t.stride(-1) == 1 and t.data_ptr() % 16 == 0 \
+            and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.contiguous()
 
 
 def _conv_weight(conv: nn.Conv1d) -> torch.Tensor:
@@ -107,12 +116,11 @@ class Mamba2Mixer(SsmMixer):
         self.register_buffer("dt_bias", hf.dt_bias.detach().float().contiguous(), persistent=False)
 
 
-    def _split(self, xbc):
+    def _split(self, xbc, phase):
         G, N = self.shape.ngroups, self.shape.dstate
         x, B, C = torch.split(xbc, [self.inner, G * N, G * N], dim=-1)
-        lead = xbc.shape[:-1]
-        return (x.reshape(*lead, self.shape.nheads, self.shape.head_dim).contiguous(),
-                B.reshape(*lead, G, N).contiguous(), C.reshape(*lead, G, N).contiguous())
+        return (_rows(x.unflatten(-1, (self.shape.nheads, self.shape.head_dim)), phase),
+                _rows(B.unflatten(-1, (G, N)), phase), _rows(C.unflatten(-1, (G, N)), phase))
 
     def _out(self, y, gate, ctx: StepContext, dtype):
         y = _gated_norm(self.norm, y.reshape(*gate.shape[:-1], self.inner), gate, self.norm.group_size, False, ctx,
@@ -121,8 +129,8 @@ class Mamba2Mixer(SsmMixer):
 
     def _step(self, phase, h, ctx: StepContext):
         gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
-        x, B, C = self._split(self._conv(phase, xbc, ctx))
-        y = ctx.ops.mamba2(phase, ctx, self.index, self.mode, x, dt.contiguous(), B, C, self.A, self.D, self.dt_bias)
+        x, B, C = self._split(self._conv(phase, xbc, ctx), phase)
+        y = ctx.ops.mamba2(phase, ctx, self.index, self.mode, x, _rows(dt, phase), B, C, self.A, self.D, self.dt_bias)
         return self._out(y, gate, ctx, h.dtype)
 
     def prefill(self, h, ctx: StepContext):
@@ -159,12 +167,12 @@ class GdnMixer(SsmMixer):
                      dt_bias=self.dt_bias, use_qk_l2norm=True)
         return lead, self.in_proj_qkv(h), z, gates
 
-    def _split(self, qkv, lead):
+    def _split(self, qkv, phase):
         S = self.shape
         q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        return (q.reshape(*lead, S.num_k_heads, S.head_k_dim).contiguous(),
-                k.reshape(*lead, S.num_k_heads, S.head_k_dim).contiguous(),
-                v.reshape(*lead, S.num_v_heads, S.head_v_dim).contiguous())
+        return (_rows(q.unflatten(-1, (S.num_k_heads, S.head_k_dim)), phase),
+                _rows(k.unflatten(-1, (S.num_k_heads, S.head_k_dim)), phase),
+                _rows(v.unflatten(-1, (S.num_v_heads, S.head_v_dim)), phase))
 
     def _out(self, y, z, lead, ctx: StepContext, dtype):
         V = self.shape.head_v_dim
@@ -173,7 +181,7 @@ class GdnMixer(SsmMixer):
 
     def _step(self, phase, h, ctx: StepContext):
         lead, qkv, z, gates = self._inputs(h)
-        q, k, v = self._split(self._conv(phase, qkv, ctx), lead)
+        q, k, v = self._split(self._conv(phase, qkv, ctx), phase)
         y = ctx.ops.gdn(phase, ctx, self.index, self.mode, q, k, v, gates)
         return self._out(y, z, lead, ctx, h.dtype)
 

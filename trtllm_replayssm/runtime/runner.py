@@ -107,6 +107,7 @@ class ModelRunner:
             rows += decode_reqs
         if not rows:
             return {}
-        tokens = sample(torch.cat(logits), [r.params for r in rows], [r for r in rows])
+        logits = logits[0] if len(logits) == 1 else torch.cat(logits)  # no copy of a decode-only step's logits
+        tokens = sample(logits, [r.params for r in rows], rows)
         self.last_step_s = time.perf_counter() - t0
         return dict(zip(rows, tokens))

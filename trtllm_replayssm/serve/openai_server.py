@@ -7,6 +7,11 @@ Endpoints: POST /v1/completions (prompt: text, a list of token ids, or a list of
 `{"error": {"message", "type", "param", "code"}}` with a 4xx status (429 when the queue is full). Models without
 a tokenizer (the bundled configs) take token-id prompts; every choice carries its `token_ids` beside `text`.
 A client that disconnects cancels its requests, which frees their slots at the next step boundary.
+
+Tokens travel from the engine's thread to the event loop through one _Feed per request, which wakes the loop once
+for all the events queued since the loop last looked; a streamed response sends one chunk per look with all of
+the request's new tokens. When the loop keeps up a chunk holds one token; when 64 streams make it fall behind a
+step, chunks hold a few tokens each and the loop's work per token shrinks instead of the engine waiting.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 import uuid
 
@@ -153,15 +159,15 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
 async def _serve(engine: Engine, model_name: str, prompts: list, params: SamplingParams, body: dict,
                  http: HttpRequest, chat: bool):
     loop = asyncio.get_running_loop()
-    queues = [asyncio.Queue() for _ in prompts]
+    feeds = [_Feed(loop) for _ in prompts]
     reqs = []
 
-    def listener(q):  # runs on the engine's thread: snapshot the request's state with the event
-        return lambda req, tokens: loop.call_soon_threadsafe(q.put_nowait, (list(tokens), req.done, req.text))
+    def listener(feed):  # runs on the engine's thread: snapshot the request's state with the event
+        return lambda req, tokens: feed.push((list(tokens), req.done, req.text))
 
     try:
-        for p, q in zip(prompts, queues):
-            reqs.append(engine.submit(p, params, listener(q)))
+        for p, feed in zip(prompts, feeds):
+            reqs.append(engine.submit(p, params, listener(feed)))
     except RequestError as e:
         for r in reqs:
             engine.cancel(r)
@@ -173,12 +179,12 @@ async def _serve(engine: Engine, model_name: str, prompts: list, params: Samplin
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
     if body.get("stream"):
-        return StreamingResponse(_stream(engine, reqs, queues, rid, created, model_name, chat, http),
+        return StreamingResponse(_stream(engine, reqs, feeds, rid, created, model_name, chat, http),
                                  media_type="text/event-stream")
     try:
-        for q, req in zip(queues, reqs):
+        for feed, req in zip(feeds, reqs):
             while not req.done:
-                await _next(q, http)
+                await feed.take(http)
     except (asyncio.CancelledError, ClientGone):
         for r in reqs:
             engine.cancel(r)
@@ -195,14 +201,37 @@ class ClientGone(Exception):
     pass
 
 
-async def _next(q: asyncio.Queue, http: HttpRequest):
-    """The next event of a request; notices a client that went away while waiting."""
-    while True:
-        try:
-            return await asyncio.wait_for(q.get(), timeout=0.5)
-        except asyncio.TimeoutError:
-            if await http.is_disconnected():
-                raise ClientGone() from None
+class _Feed:
+    """One request's events, pushed by the engine's thread and taken by the event loop: the loop is woken once
+    per batch of events (one call_soon_threadsafe), not once per event."""
+
+    def __init__(self, loop):
+        self.loop, self.items, self.lock, self.ready, self.woken = loop, [], threading.Lock(), asyncio.Event(), False
+
+    def push(self, item) -> None:
+        """Engine thread: queue one event (tokens, done, text)."""
+        with self.lock:
+            self.items.append(item)
+            if self.woken:
+                return
+            self.woken = True
+        self.loop.call_soon_threadsafe(self.ready.set)
+
+    async def take(self, http: HttpRequest) -> list:
+        """Event loop: every event queued since the last take (at least one); notices a client that went away
+        while waiting. `ready` is set and cleared on the loop's thread only, so no wake-up is lost."""
+        while True:
+            with self.lock:
+                items, self.items = self.items, []
+                self.woken = False
+            if items:
+                return items
+            self.ready.clear()
+            try:
+                await asyncio.wait_for(self.ready.wait(), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await http.is_disconnected():
+                    raise ClientGone() from None
 
 
 def _settled(text: str, done: bool, stop: tuple) -> str:
@@ -225,22 +254,23 @@ def _choice(index, tokens, text, finish_reason, chat, final=False):
     return out
 
 
-async def _stream(engine, reqs, queues, rid, created, model_name, chat, http):
+async def _stream(engine, reqs, feeds, rid, created, model_name, chat, http):
     obj = "chat.completion.chunk" if chat else "text_completion"
     try:
-        for i, (req, q) in enumerate(zip(reqs, queues)):
+        for i, (req, feed) in enumerate(zip(reqs, feeds)):
             sent = sent_text = 0
-            while True:
-                tokens, done, text = await _next(q, http)
-                delta = req.tokens[sent:sent + len(tokens)] if tokens else []
+            done = False
+            while not done:
+                events = await feed.take(http)
+                n = sum(len(tokens) for tokens, _, _ in events)
+                _, done, text = events[-1]
+                delta = req.tokens[sent:sent + n]
                 sent += len(delta)
                 text = _settled(text, done, req.params.stop)
                 delta_text, sent_text = text[sent_text:], max(sent_text, len(text))
                 chunk = {"id": rid, "object": obj, "created": created, "model": model_name,
                          "choices": [_choice(i, delta, delta_text, req.finish_reason if done else None, chat)]}
                 yield f"data: {json.dumps(chunk)}\n\n"
-                if done:
-                    break
         yield "data: [DONE]\n\n"
     except (asyncio.CancelledError, ClientGone, GeneratorExit):
         for r in reqs:

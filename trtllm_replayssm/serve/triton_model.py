@@ -1,12 +1,16 @@
 """The Triton Python-backend model: decoupled (streaming), with in-flight batching inside.
 
-Every Triton request becomes a runtime request on one Engine, whose loop thread batches all of them; tokens go
-back through each request's response sender as the engine produces them (every step when `stream` is true, once
-at the end otherwise). Responses are sent by a thread of their own, in order: a send is a round trip to the
-server, and the engine's loop must not wait for 64 of them each step. A cancelled request (client gone, stream cancelled) is cancelled in the engine at the next
-step, which frees its slot. Inputs and outputs follow Triton's LLM backends (docs/triton.md): `input_ids` or
-`text_input`, `max_tokens`, `stream`, `temperature`, `top_p`, `top_k`, `random_seed`, `end_id`, `ignore_eos`,
-`stop_words` -> `output_ids`, `text_output`. The model's settings come from config.pbtxt's parameters (triton_repo.py).
+Every Triton request becomes a runtime request on one Engine, whose loop thread batches all of them; tokens go back
+through each request's response sender as the engine produces them (as they come when `stream` is true, once at the
+end otherwise). Responses are sent by a thread of their own: a send is a round trip to the server, and the engine's
+loop must not wait for 64 of them each step. The sender takes everything queued since its last pass and sends one
+response per request with all of that request's new tokens (in order), so when the server is slower than the
+engine, responses carry a few tokens each instead of falling behind. A cancelled request (client gone, stream
+cancelled) is found by the sender, which asks the server at most every CANCEL_CHECK_S per request (asking is a
+round trip too), and is cancelled in the engine at its next step, which frees its slot. Inputs and outputs follow
+Triton's LLM backends (docs/triton.md): `input_ids` or `text_input`, `max_tokens`, `stream`, `temperature`,
+`top_p`, `top_k`, `random_seed`, `end_id`, `ignore_eos`, `stop_words` -> `output_ids`, `text_output`. The model's
+settings come from config.pbtxt's parameters (triton_repo.py).
 
 Imported by the model repository's model.py inside Triton's Python backend stub (triton_python_backend_utils is
 only importable there).
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -33,6 +38,45 @@ def _scalar(request, name, default, kind):
     if a.size != 1:
         raise RequestError(f"{name} must hold one value, got {a.size}", name)
     return kind(a[0])
+
+
+CANCEL_CHECK_S = 0.05  # seconds between two cancellation queries of one running request
+
+
+class _Stream:
+    """One request's responses, as the sender thread builds them: the tokens produced since the last response,
+    whether the request is done, and when the server was last asked whether it was cancelled."""
+
+    def __init__(self, model, sender, request, stream: bool):
+        self.model, self.sender, self.request, self.stream = model, sender, request, stream
+        self.req, self.tokens, self.done, self.checked = None, [], False, 0.0
+
+    def take(self, tokens, done):
+        self.tokens += tokens
+        self.done = self.done or done
+
+    def flush(self):
+        engine, final = self.model.engine, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        req, tokens = self.req, self.tokens
+        self.tokens = []
+        if self.done:
+            self.model.free_slots.set(engine.free_slots)
+            if req.finish_reason == "cancelled":
+                self.sender.send(flags=final)
+            elif req.finish_reason == "error":
+                self.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"the engine stopped: {engine.error}")), flags=final)
+            else:
+                self.sender.send(self.model._response(tokens if self.stream else req.tokens), flags=final)
+            return
+        now = time.monotonic()
+        if now - self.checked >= CANCEL_CHECK_S:
+            self.checked = now
+            if self.sender.is_cancelled() or self.request.is_cancelled():
+                engine.cancel(req)
+                return
+        if self.stream and tokens:
+            self.sender.send(self.model._response(tokens))
 
 
 class TritonPythonModel:
@@ -108,36 +152,37 @@ class TritonPythonModel:
         return None
 
     def _send_loop(self):
-        while (send := self._outbox.get()) is not None:
-            try:
-                send()
-            except Exception as e:  # a client gone mid-send: the request's own cancellation frees its slot
-                pb_utils.Logger.log_warn(f"replayssm: a response could not be sent: {e}")
+        """Sends, pass after pass, everything queued since the last pass: one response per request (module
+        docstring). Stops at the None that finalize queues."""
+        while True:
+            items = [self._outbox.get()]
+            while True:
+                try:
+                    items.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in items
+            pending = {}  # insertion-ordered: requests in the order their first new event came
+            for item in items:
+                if item is not None:
+                    stream, tokens, done = item
+                    stream.take(tokens, done)
+                    pending[id(stream)] = stream
+            for stream in pending.values():
+                try:
+                    stream.flush()
+                except Exception as e:  # a client gone mid-send: the request's own cancellation frees its slot
+                    pb_utils.Logger.log_warn(f"replayssm: a response could not be sent: {e}")
+            if stop:
+                return
 
     def _listener(self, sender, request, stream):
-        """The engine's callback for one request: it only queues the sends (module docstring)."""
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        engine = self.engine
-
-        def finish(req, tokens):
-            self.free_slots.set(engine.free_slots)
-            if req.finish_reason == "cancelled":
-                sender.send(flags=final)
-            elif req.finish_reason == "error":
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"the engine stopped: {engine.error}")), flags=final)
-            else:
-                sender.send(self._response(tokens if stream else req.tokens), flags=final)
-
-        def step(req, tokens):
-            if sender.is_cancelled() or request.is_cancelled():
-                engine.cancel(req)
-            elif stream:
-                sender.send(self._response(tokens))
+        """The engine's callback for one request: it only queues the request's new tokens (module docstring)."""
+        out = _Stream(self, sender, request, stream)
 
         def on_event(req, tokens):
-            tokens = list(tokens)
-            self._outbox.put((lambda: finish(req, tokens)) if req.done else (lambda: step(req, tokens)))
+            out.req = req
+            self._outbox.put((out, list(tokens), req.done))
 
         return on_event
 
