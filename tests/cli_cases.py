@@ -277,7 +277,8 @@ GOOD = [
       "--groups", "1", "--batch", "1", "--buffer-len", "2", "--configs", "replay fp32,shared nvfp4 checkpoint",
       "--seed", "3", "--quiet"],
      ["nheads=4, head_dim=80, dstate=128, ngroups=1", "| replay fp32 |", "| shared nvfp4 checkpoint |", "3 steps |"]),
-    (["info"], ["kernel library", "Mamba-2: head_dim", "Gated DeltaNet and KDA: head_k_dim and head_v_dim"]),
+    (["info"], ["kernel library", "Mamba-2: head_dim", "Gated DeltaNet and KDA: head_k_dim and head_v_dim",
+                "gated RMSNorm (the mixers' output norm): group sizes multiples of 8 up to 8192"]),
 ]
 
 GOOD += [

@@ -214,3 +214,38 @@ def test_nemotron_checkpoint_names_and_saved_config_load(tmp_path):
     s1, s2 = net.new_state(2, 16), ref.new_state(2, 16)
     ids, lens, slots = torch.tensor([[4, 5, 6]]), torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     assert torch.equal(net.prefill(s1, ids, lens, slots), ref.prefill(s2, ids, lens, slots))
+
+
+@pytest.mark.parametrize("name", ["nemotron_h", "qwen3_5"])
+def test_mixers_take_the_gated_norm_op_only_on_in_place_ops(name, monkeypatch):
+    """Where the fused norm applies (forced here: on CPU the op runs its reference), the runtime's in-place ops
+    call gated_rmsnorm once per SSM layer and step and give the module path's logits bit for bit (bf16 model);
+    the export's functional ops keep the transformers module (the op is never called, the exported graph is
+    unchanged)."""
+    from trtllm_replayssm.network import state_ops
+    from trtllm_replayssm.ops import norm as norm_ops
+    net = HybridLM(make_model(name).to(torch.bfloat16), replay=ReplayConfig(L, "fp32", "bf16"))
+    ssm_layers = sum(1 for m in net.modules() if hasattr(m, "pool_cls") and m.pool_cls is not None)
+    assert ssm_layers > 0
+
+    def run(applies, ops):
+        calls = []
+        real = norm_ops.gated_rmsnorm
+        monkeypatch.setattr(norm_ops, "kernel_applies", lambda *a: applies)
+        monkeypatch.setattr(norm_ops, "gated_rmsnorm", lambda *a, **k: calls.append(1) or real(*a, **k))
+        state = net.new_state(4, 32)
+        ids, lens = torch.tensor([[4, 5, 6], [7, 8, 0]]), torch.tensor([3, 2], dtype=torch.int32)
+        slots = torch.tensor([2, 0], dtype=torch.int32)
+        net.prefill(state, ids, lens, slots)
+        calls.clear()
+        logits = net.decode(state, torch.tensor([9, 10]), lens.long(), slots, ops=ops)
+        monkeypatch.undo()
+        return logits, len(calls)
+
+    module_logits, n = run(False, state_ops.IN_PLACE)
+    assert n == 0
+    fused_logits, n = run(True, state_ops.IN_PLACE)
+    assert n == ssm_layers, f"{n} gated_rmsnorm calls in a decode step of {ssm_layers} SSM layers"
+    assert torch.equal(fused_logits, module_logits), "the op's logits differ from the module's"
+    _, n = run(True, state_ops.FUNCTIONAL)
+    assert n == 0, "the export's functional ops called the fused norm"

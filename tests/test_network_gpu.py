@@ -78,3 +78,33 @@ def test_decode_in_a_cuda_graph_equals_eager(name):
             assert torch.equal(eager[k][:-1], graphed[k][:-1]), k
         else:
             assert torch.equal(eager[k], graphed[k]), k
+
+
+@pytest.mark.parametrize("name", ["nemotron_h", "qwen3_5"])
+def test_mixers_run_the_fused_norm_on_cuda(name, monkeypatch):
+    """On CUDA with the kernel library, every SSM layer's gated RMSNorm of a decode step is the fused kernel
+    (one call per layer), and the logits stay within TOL of the transformers-module path (fp32)."""
+    from trtllm_replayssm.ops import norm as norm_ops
+    net = HybridLM(make_model(name).cuda(), replay=ReplayConfig(4, "fp32", "fp32", latency_route_bytes=0))
+    ssm_layers = sum(1 for m in net.modules() if getattr(m, "pool_cls", None) is not None)
+    dev = torch.device("cuda")
+    ids, lens = torch.tensor([[4, 5, 6], [7, 8, 0]], device=dev), torch.tensor([3, 2], dtype=torch.int32, device=dev)
+    slots = torch.tensor([2, 0], dtype=torch.int32, device=dev)
+
+    def decode(fused):
+        state = net.new_state(4, 32)
+        net.prefill(state, ids, lens, slots)
+        calls = []
+        real, applies = norm_ops.gated_rmsnorm, norm_ops.kernel_applies
+        monkeypatch.setattr(norm_ops, "gated_rmsnorm", lambda *a, **k: calls.append(1) or real(*a, **k))
+        monkeypatch.setattr(norm_ops, "kernel_applies", lambda *a: fused and applies(*a))
+        logits = net.decode(state, torch.tensor([9, 10], device=dev), lens.long(), slots)
+        monkeypatch.undo()
+        return logits, len(calls)
+
+    fused_logits, n = decode(True)
+    assert n == ssm_layers, f"{n} fused norm calls in a decode step of {ssm_layers} SSM layers"
+    module_logits, n = decode(False)
+    assert n == 0
+    err = (fused_logits - module_logits).abs().max().item()
+    assert err < TOL, f"logits differ by {err}"

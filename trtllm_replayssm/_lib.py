@@ -52,10 +52,10 @@ def load() -> ctypes.CDLL:
             fn.restype = ctypes.c_int
         lib.rssm_conv1d_validate.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.rssm_conv1d.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    # Speculative decoding and prefill (libraries built before these kernels lack them): each entry point comes with
-    # <name>_params_size and <name>_validate.
+    # Speculative decoding, prefill and the gated RMSNorm (libraries built before these kernels lack them): each
+    # entry point comes with <name>_params_size and <name>_validate.
     for name in ("rssm_mamba2_verify", "rssm_spec_commit", "rssm_snapshot_commit", "rssm_gdn_verify",
-                 "rssm_mamba2_prefill", "rssm_gdn_prefill", "rssm_conv1d_prefill"):
+                 "rssm_mamba2_prefill", "rssm_gdn_prefill", "rssm_conv1d_prefill", "rssm_gated_rmsnorm"):
         if has_symbol(lib, name):
             getattr(lib, f"{name}_params_size").restype = ctypes.c_size_t
             for fn in (getattr(lib, f"{name}_validate"), getattr(lib, name)):

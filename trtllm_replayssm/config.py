@@ -24,6 +24,9 @@ GDN_HEAD_DIMS = (64, 128, 256)
 # Causal conv1d kernels (plugins/capi/conv1d_dispatch.cu): kernel sizes, and tokens per speculative verify.
 CONV1D_KERNEL_SIZES = (2, 3, 4)
 CONV1D_MAX_TOKENS = 16
+# Gated RMSNorm kernel (plugins/capi/norm_dispatch.cu): group sizes are multiples of this, up to the maximum.
+GATED_RMSNORM_GROUP_MULTIPLE = 8
+GATED_RMSNORM_MAX_GROUP_SIZE = 8192
 # Read-copy formats and their bits per state element (nvfp4: 4-bit values plus an 8-bit scale per 16).
 READ_FORMATS = ("none", "fp16", "bf16", "fp8", "nvfp4")
 READ_FORMAT_BITS = {"fp16": 16, "bf16": 16, "fp8": 8, "nvfp4": 4.5}

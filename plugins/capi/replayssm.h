@@ -10,6 +10,7 @@
 #include "replayssm/conv1d/params.h"
 #include "replayssm/gdn/params.h"
 #include "replayssm/mamba2/params.h"
+#include "replayssm/norm/params.h"
 #include "replayssm/common/spec_params.h"
 #include "replayssm/mamba2/spec_params.h"
 #include "replayssm/gdn/spec_params.h"
@@ -55,6 +56,12 @@ RSSM_API rssm_status rssm_gdn_decode(const rssm_gdn_decode_params* params, size_
 RSSM_API size_t rssm_conv1d_params_size(void);
 RSSM_API rssm_status rssm_conv1d_validate(const rssm_conv1d_params* params, size_t params_size);
 RSSM_API rssm_status rssm_conv1d(const rssm_conv1d_params* params, size_t params_size, void* stream);
+
+// The SSM mixers' gated RMSNorm (params->norm_before_gate: gate first for Nemotron-H, norm first for Qwen3.5), same
+// manners.
+RSSM_API size_t rssm_gated_rmsnorm_params_size(void);
+RSSM_API rssm_status rssm_gated_rmsnorm_validate(const rssm_gated_rmsnorm_params* params, size_t params_size);
+RSSM_API rssm_status rssm_gated_rmsnorm(const rssm_gated_rmsnorm_params* params, size_t params_size, void* stream);
 
 // Mamba-2 speculative verify of T tokens per row (params->mode: RSSM_MAMBA2_REPLAY = ReplaySSM verify, records
 // into the ring and one-window-early flush; RSSM_MAMBA2_CONVENTIONAL = the snapshot path), same manners.

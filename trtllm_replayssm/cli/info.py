@@ -41,4 +41,6 @@ def main(args) -> int:
           f"with {' or '.join(config.GDN_KERNEL_READ_COPY_ACTS)} activations")
     print(f"causal conv1d: kernel sizes {config.CONV1D_KERNEL_SIZES}, up to {config.CONV1D_MAX_TOKENS} tokens per "
           f"speculative verify")
+    print(f"gated RMSNorm (the mixers' output norm): group sizes multiples of {config.GATED_RMSNORM_GROUP_MULTIPLE} "
+          f"up to {config.GATED_RMSNORM_MAX_GROUP_SIZE}, weights in fp32 or the activation dtype")
     return 0

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from trtllm_replayssm.config import GdnLayerShape, Mamba2LayerShape, ReplayConfig
+from trtllm_replayssm.ops import norm as norm_ops
 from trtllm_replayssm.pool import GdnStatePool, Mamba2StatePool
 
 from .state import StateSet
@@ -86,6 +87,17 @@ def _conv_weight(conv: nn.Conv1d) -> torch.Tensor:
     return conv.weight[:, 0, :]  # [C, 1, k] depthwise -> [C, k], a view
 
 
+def _gated_norm(norm, y, gate, group_size, norm_before_gate, ctx: StepContext, dtype):
+    """The mixer's gated RMSNorm, as the layer uses it (cast to `dtype` after). The fused kernel where the
+    runtime's in-place ops run on CUDA tensors it takes and the layer casts to y's dtype (the kernel returns the
+    module's result in y's dtype); the transformers module otherwise, so that the export traces the module's
+    ops and the reference path stays the module."""
+    if (ctx.ops is IN_PLACE and dtype == y.dtype
+            and norm_ops.kernel_applies(y, gate, norm.weight, group_size)):
+        return norm_ops.gated_rmsnorm(y, gate, norm.weight, norm.variance_epsilon, group_size, norm_before_gate)
+    return norm(y, gate)
+
+
 class Mamba2Mixer(SsmMixer):
     """Nemotron-H's Mamba-2 mixer: in_proj -> (gate, xBC, dt); causal conv1d over xBC; SSM over (x, B, C, dt)
     with the D skip; gated group RMSNorm; out_proj."""
@@ -110,15 +122,16 @@ class Mamba2Mixer(SsmMixer):
         return (_rows(x.unflatten(-1, (self.shape.nheads, self.shape.head_dim)), phase),
                 _rows(B.unflatten(-1, (G, N)), phase), _rows(C.unflatten(-1, (G, N)), phase))
 
-    def _out(self, y, gate, dtype):
-        y = self.norm(y.reshape(*gate.shape[:-1], self.inner), gate)
+    def _out(self, y, gate, ctx: StepContext, dtype):
+        y = _gated_norm(self.norm, y.reshape(*gate.shape[:-1], self.inner), gate, self.norm.group_size, False, ctx,
+                        dtype)
         return self.out_proj(y.to(dtype))
 
     def _step(self, phase, h, ctx: StepContext):
         gate, xbc, dt = torch.split(self.in_proj(h), [self.inner, self.conv_dim, self.shape.nheads], dim=-1)
         x, B, C = self._split(self._conv(phase, xbc, ctx), phase)
         y = ctx.ops.mamba2(phase, ctx, self.index, self.mode, x, _rows(dt, phase), B, C, self.A, self.D, self.dt_bias)
-        return self._out(y, gate, h.dtype)
+        return self._out(y, gate, ctx, h.dtype)
 
     def prefill(self, h, ctx: StepContext):
         return self._step("prefill", h, ctx)
@@ -161,16 +174,16 @@ class GdnMixer(SsmMixer):
                 _rows(k.unflatten(-1, (S.num_k_heads, S.head_k_dim)), phase),
                 _rows(v.unflatten(-1, (S.num_v_heads, S.head_v_dim)), phase))
 
-    def _out(self, y, z, lead, dtype):
+    def _out(self, y, z, lead, ctx: StepContext, dtype):
         V = self.shape.head_v_dim
-        y = self.norm(y.reshape(-1, V), z.reshape(-1, V)).reshape(*lead, self.value_dim)
-        return self.out_proj(y.to(dtype))
+        y = _gated_norm(self.norm, y.reshape(-1, V), z.reshape(-1, V), V, True, ctx, dtype)
+        return self.out_proj(y.reshape(*lead, self.value_dim).to(dtype))
 
     def _step(self, phase, h, ctx: StepContext):
         lead, qkv, z, gates = self._inputs(h)
         q, k, v = self._split(self._conv(phase, qkv, ctx), phase)
         y = ctx.ops.gdn(phase, ctx, self.index, self.mode, q, k, v, gates)
-        return self._out(y, z, lead, h.dtype)
+        return self._out(y, z, lead, ctx, h.dtype)
 
     def prefill(self, h, ctx: StepContext):
         return self._step("prefill", h, ctx)

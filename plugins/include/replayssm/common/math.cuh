@@ -126,4 +126,8 @@ __device__ __forceinline__ float softplus_thresholded(float v) { return v <= 20.
 // overflows and the result is 0, the limit.
 __device__ __forceinline__ float silu_gate(float z) { return __fdividef(z, 1.f + __expf(-z)); }
 
+// z * sigmoid(z) as PyTorch's CUDA silu computes it in fp32 (accurate expf, IEEE division): bit-identical to
+// F.silu on the GPU, for outputs that must equal a module's up to the roundings it makes (the gated RMSNorm).
+__device__ __forceinline__ float silu_ieee(float z) { return z / (1.f + expf(-z)); }
+
 }  // namespace replayssm
