@@ -31,8 +31,10 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 def nemotron_norm(D, group_size, eps, wdtype, device):
     """transformers' Nemotron-H MambaRMSNormGated (gate first) with a random weight of wdtype."""
     modeling = pytest.importorskip("transformers.models.nemotron_h.modeling_nemotron_h")
-    m = modeling.NemotronHRMSNormGated(D, group_size=group_size, eps=eps)
-    return _randomised(m, wdtype, device)
+    names = ("NemotronHRMSNormGated", "Zamba2RMSNormGated")  # the class the mixer uses: newer / older transformers
+    cls = next((getattr(modeling, n) for n in names if hasattr(modeling, n)), None)
+    assert cls is not None, f"transformers' Nemotron-H has none of {names}"
+    return _randomised(cls(D, group_size=group_size, eps=eps), wdtype, device)
 
 
 def qwen_norm(D, eps, wdtype, device):
