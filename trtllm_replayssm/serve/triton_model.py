@@ -44,12 +44,13 @@ CANCEL_CHECK_S = 0.05  # seconds between two cancellation queries of one running
 
 
 class _Stream:
-    """One request's responses, as the sender thread builds them: the tokens produced since the last response,
-    whether the request is done, and when the server was last asked whether it was cancelled."""
+    """One request's responses, as the sender thread builds them: the tokens produced since the last response
+    (kept until a send of them succeeds), whether the request is done, whether it was found cancelled, and when
+    the server was last asked."""
 
     def __init__(self, model, sender, request, stream: bool):
         self.model, self.sender, self.request, self.stream = model, sender, request, stream
-        self.req, self.tokens, self.done, self.checked = None, [], False, 0.0
+        self.req, self.tokens, self.done, self.cancelled, self.checked = None, [], False, False, 0.0
 
     def take(self, tokens, done):
         self.tokens += tokens
@@ -57,9 +58,9 @@ class _Stream:
 
     def flush(self):
         engine, final = self.model.engine, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        req, tokens = self.req, self.tokens
-        self.tokens = []
+        req = self.req
         if self.done:
+            tokens, self.tokens = self.tokens, []
             self.model.free_slots.set(engine.free_slots)
             if req.finish_reason == "cancelled":
                 self.sender.send(flags=final)
@@ -69,14 +70,18 @@ class _Stream:
             else:
                 self.sender.send(self.model._response(tokens if self.stream else req.tokens), flags=final)
             return
+        if self.cancelled:  # the engine ends it at its next step; nothing more goes to the client before that
+            return
         now = time.monotonic()
         if now - self.checked >= CANCEL_CHECK_S:
             self.checked = now
             if self.sender.is_cancelled() or self.request.is_cancelled():
+                self.cancelled = True
                 engine.cancel(req)
                 return
-        if self.stream and tokens:
-            self.sender.send(self.model._response(tokens))
+        if self.stream and self.tokens:
+            self.sender.send(self.model._response(self.tokens))
+            self.tokens = []
 
 
 class TritonPythonModel:

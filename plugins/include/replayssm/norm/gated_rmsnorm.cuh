@@ -11,8 +11,9 @@
 // element (each tensor decides on its own).
 //
 // Roundings: the kernel rounds to the activation dtype exactly where the modules do, and its fp32 arithmetic is
-// theirs (silu with an accurate exp and an IEEE division, rsqrtf as PyTorch's rsqrt); only the order of the
-// mean's sum differs from PyTorch's.
+// theirs (silu with an accurate exp and an IEEE division, rsqrtf as PyTorch's rsqrt) except in the mean: the
+// order of its sum, and the kernel divides the sum by the group size where PyTorch multiplies by a rounded
+// 1/N (the same result for the power-of-two groups of the supported models, one more rounding otherwise).
 #pragma once
 #include <cuda_runtime.h>
 
