@@ -5,6 +5,7 @@
 #   gpu-tests  the GPU tests only, likewise
 #   hygiene  benchmarks/kernel_hygiene.sh (compute-sanitizer memcheck / racecheck, determinism)
 #   serve    benchmarks/serve_decode.py (decode through the runtime, replay vs conventional)
+#   breakdown  benchmarks/step_breakdown.py (a decode step's GPU time by kernel category, Super b256)
 # Usage (repo root, on the GPU machine): bash benchmarks/device_run.sh OUT_DIR tests hygiene serve
 # TensorRT headers: RSSM_TENSORRT_INCLUDE_DIR, or a folder .cache/tensorrt-headers/include carried along.
 set -o pipefail
@@ -48,6 +49,7 @@ for step in "$@"; do
     gpu-tests) sharded gpu_tests -m gpu || status=1 ;;  # the GPU tests only
     hygiene) bash benchmarks/kernel_hygiene.sh "$out" | tail -20 || status=1 ;;
     serve) python3 benchmarks/serve_decode.py --out "$out/serve_decode.md" ${SERVE_ARGS:-} 2>&1 | tail -20 || status=1 ;;  # SERVE_ARGS: extra options
+    breakdown) python3 benchmarks/step_breakdown.py --batch 256 --out "$out/step_breakdown.md" 2>&1 | tail -25 || status=1 ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   echo "$step: $(( $(date +%s) - t0 )) s"
